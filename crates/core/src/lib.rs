@@ -1,0 +1,40 @@
+//! Model-free speculative decoding logic for specd.
+//!
+//! * [`sampling`]: the stateless keyed sampler shared by plain decoding and verification.
+//! * [`acceptance`]: the acceptance walk over a verified block.
+//! * [`block_size`]: the adaptive block-size rule and its per-request controller.
+//! * [`stats`]: per-request speculative statistics.
+//! * [`stop`]: stop conditions and incremental text output.
+//! * [`verifier`] and [`drafter`]: the two sides of a round, as async traits.
+//! * [`round_loop`]: the per-request state machine that drives them.
+//! * [`ngram`]: the model-free prompt-lookup drafter.
+#![forbid(unsafe_code)]
+
+pub mod acceptance;
+pub mod block_size;
+pub mod drafter;
+pub mod fallback;
+pub mod finish;
+pub mod ids;
+pub mod ngram;
+pub mod round_loop;
+pub mod sampling;
+pub mod stats;
+pub mod stop;
+pub mod verifier;
+
+pub use acceptance::{accept_drafts, Accepted};
+pub use block_size::{BlockSizeConfig, BlockSizeController};
+pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
+pub use fallback::{DrafterFallback, FallbackCause};
+pub use finish::FinishReason;
+pub use ids::{SeqId, SessionId};
+pub use ngram::{NgramConfig, NgramDrafter};
+pub use round_loop::{
+    Event, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop, RoundLoopError,
+    TokenDelta,
+};
+pub use sampling::{sample, SamplingParams};
+pub use stats::SpecStats;
+pub use stop::{Detokenizer, StopConditions};
+pub use verifier::{PrefillRequest, Prefilled, Verified, Verifier, VerifyRequest};

@@ -1,0 +1,283 @@
+//! The n-gram drafter: one [`NgramIndex`] per open session, behind the [`Drafter`] trait.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tracing::trace;
+
+use super::config::{NgramConfig, NgramConfigError};
+use super::error::NgramDrafterError;
+use super::index::NgramIndex;
+use crate::drafter::{DraftRequest, Drafter, OpenRequest};
+use crate::ids::SessionId;
+
+/// Prompt-lookup drafter for any verifier: it ignores the carries and drafts from the prompt
+/// and the committed tokens alone.
+///
+/// Sessions are independent; each has its own lock, so requests draft concurrently and a long
+/// prompt is indexed without holding up the other sessions.
+pub struct NgramDrafter<C> {
+    config: NgramConfig,
+    sessions: Mutex<HashMap<SessionId, Arc<Mutex<NgramIndex>>>>,
+    carry: PhantomData<fn() -> C>,
+}
+
+impl<C> NgramDrafter<C> {
+    /// A drafter with no open session.
+    pub fn new(config: NgramConfig) -> Result<Self, NgramConfigError> {
+        config.validate()?;
+        Ok(Self::with_valid_config(config))
+    }
+
+    fn with_valid_config(config: NgramConfig) -> Self {
+        Self {
+            config,
+            sessions: Mutex::default(),
+            carry: PhantomData,
+        }
+    }
+
+    /// The drafter's settings.
+    pub fn config(&self) -> NgramConfig {
+        self.config
+    }
+
+    /// Sessions currently open.
+    pub fn session_count(&self) -> usize {
+        self.sessions().len()
+    }
+
+    /// The session table. A panic while it was held cannot leave it half-updated (every
+    /// change is one insert or remove), so a poisoned lock is still usable.
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Mutex<NgramIndex>>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_now(&self, session: SessionId, prompt_ids: &[u32]) -> Result<(), NgramDrafterError> {
+        let mut index = NgramIndex::new(self.config);
+        index.extend(prompt_ids);
+        match self.sessions().entry(session) {
+            Entry::Occupied(_) => Err(NgramDrafterError::SessionExists(session)),
+            Entry::Vacant(slot) => {
+                slot.insert(Arc::new(Mutex::new(index)));
+                Ok(())
+            }
+        }
+    }
+
+    fn draft_now(&self, request: &DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
+        let session = request.session;
+        let index = self
+            .sessions()
+            .get(&session)
+            .cloned()
+            .ok_or(NgramDrafterError::UnknownSession(session))?;
+        // A panic mid-append leaves at worst a partly indexed history: drafts may get worse,
+        // output never changes.
+        let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = index.tokens().len();
+        let sent = request.committed_tokens.len();
+        if held.checked_add(sent) != Some(request.committed_len) {
+            return Err(NgramDrafterError::CommittedLenMismatch {
+                session,
+                committed_len: request.committed_len,
+                held,
+                sent,
+            });
+        }
+        index.extend(&request.committed_tokens);
+        let drafts = index.propose(request.bonus, request.count);
+        trace!(%session, round = request.round, drafted = drafts.len(), "ngram drafts");
+        Ok(drafts)
+    }
+
+    fn remove(&self, session: SessionId) {
+        self.sessions().remove(&session);
+    }
+}
+
+impl<C> Default for NgramDrafter<C> {
+    /// The drafter with [`NgramConfig::default`].
+    fn default() -> Self {
+        Self::with_valid_config(NgramConfig::default())
+    }
+}
+
+impl<C: Send> Drafter for NgramDrafter<C> {
+    type Carry = C;
+    type Error = NgramDrafterError;
+
+    async fn open(&self, request: OpenRequest<C>) -> Result<(), NgramDrafterError> {
+        self.open_now(request.session, &request.prompt_ids)
+    }
+
+    async fn draft(&self, request: DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
+        self.draft_now(&request)
+    }
+
+    async fn close(&self, session: SessionId) -> Result<(), NgramDrafterError> {
+        self.remove(session);
+        Ok(())
+    }
+
+    fn close_detached(&self, session: SessionId) {
+        self.remove(session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+    use crate::sampling::SamplingParams;
+
+    /// The drafter never waits, so one poll completes every call.
+    fn now<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        match future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(output) => output,
+            Poll::Pending => panic!("the ngram drafter never waits"),
+        }
+    }
+
+    /// Carries of any type are accepted and ignored; this one is not even `Clone`.
+    struct OpaqueCarry;
+
+    type TestDrafter = NgramDrafter<OpaqueCarry>;
+
+    fn open(drafter: &TestDrafter, session: u64, prompt: &[u32]) -> Result<(), NgramDrafterError> {
+        now(drafter.open(OpenRequest {
+            session: SessionId(session),
+            prompt_ids: prompt.to_vec(),
+            sampling: SamplingParams::GREEDY,
+            carry: OpaqueCarry,
+        }))
+    }
+
+    fn draft(
+        drafter: &TestDrafter,
+        session: u64,
+        bonus: u32,
+        committed_tokens: &[u32],
+        committed_len: usize,
+        count: usize,
+    ) -> Result<Vec<u32>, NgramDrafterError> {
+        now(drafter.draft(DraftRequest {
+            session: SessionId(session),
+            round: 0,
+            bonus,
+            carries: vec![OpaqueCarry],
+            committed_tokens: committed_tokens.to_vec(),
+            committed_len,
+            output_index_base: 1,
+            count,
+        }))
+    }
+
+    #[test]
+    fn drafts_from_the_prompt_then_from_committed_tokens() {
+        let drafter = TestDrafter::default();
+        open(&drafter, 1, &[1, 2, 3, 4, 1, 2]).unwrap();
+        assert_eq!(draft(&drafter, 1, 3, &[], 6, 2).unwrap(), [4, 1]);
+        // The bonus 3 and the accepted draft 4 entered the cache; the new bonus is 1.
+        assert_eq!(draft(&drafter, 1, 1, &[3, 4], 8, 2).unwrap(), [2, 3]);
+        // Nothing like 9 was seen: no drafts, and the round goes on with fewer.
+        assert!(draft(&drafter, 1, 9, &[1], 9, 3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn sessions_are_independent() {
+        let drafter = TestDrafter::default();
+        open(&drafter, 1, &[5, 6, 7]).unwrap();
+        open(&drafter, 2, &[5, 8, 9]).unwrap();
+        assert_eq!(draft(&drafter, 1, 5, &[], 3, 2).unwrap(), [6, 7]);
+        assert_eq!(draft(&drafter, 2, 5, &[], 3, 2).unwrap(), [8, 9]);
+        assert_eq!(drafter.session_count(), 2);
+    }
+
+    #[test]
+    fn close_and_close_detached_free_the_session() {
+        let drafter = TestDrafter::default();
+        open(&drafter, 1, &[1]).unwrap();
+        open(&drafter, 2, &[1]).unwrap();
+        now(drafter.close(SessionId(1))).unwrap();
+        assert_eq!(drafter.session_count(), 1);
+        drafter.close_detached(SessionId(2));
+        assert_eq!(drafter.session_count(), 0);
+        // Closing again, or closing what never existed, succeeds.
+        now(drafter.close(SessionId(1))).unwrap();
+        drafter.close_detached(SessionId(7));
+        let err = draft(&drafter, 1, 1, &[], 1, 1).unwrap_err();
+        assert_eq!(err, NgramDrafterError::UnknownSession(SessionId(1)));
+    }
+
+    #[test]
+    fn unknown_session_error_names_it() {
+        let drafter = TestDrafter::default();
+        let err = draft(&drafter, 42, 1, &[], 0, 1).unwrap_err();
+        assert_eq!(err, NgramDrafterError::UnknownSession(SessionId(42)));
+        assert!(err.to_string().contains("session-42"), "{err}");
+    }
+
+    #[test]
+    fn opening_an_open_session_fails_and_keeps_it() {
+        let drafter = TestDrafter::default();
+        open(&drafter, 3, &[1, 2]).unwrap();
+        let err = open(&drafter, 3, &[7, 7]).unwrap_err();
+        assert_eq!(err, NgramDrafterError::SessionExists(SessionId(3)));
+        assert!(err.to_string().contains("session-3"), "{err}");
+        assert_eq!(draft(&drafter, 3, 1, &[], 2, 1).unwrap(), [2]);
+    }
+
+    #[test]
+    fn wrong_committed_len_is_rejected_without_changing_the_session() {
+        let drafter = TestDrafter::default();
+        open(&drafter, 1, &[1, 2, 3]).unwrap();
+        let err = draft(&drafter, 1, 1, &[4], 5, 2).unwrap_err();
+        assert_eq!(
+            err,
+            NgramDrafterError::CommittedLenMismatch {
+                session: SessionId(1),
+                committed_len: 5,
+                held: 3,
+                sent: 1,
+            }
+        );
+        assert!(err.to_string().contains("committed_len"), "{err}");
+        assert_eq!(draft(&drafter, 1, 1, &[4], 4, 2).unwrap(), [2, 3]);
+        let err = draft(&drafter, 1, 1, &[], usize::MAX, 1).unwrap_err();
+        assert!(matches!(
+            err,
+            NgramDrafterError::CommittedLenMismatch { held: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn invalid_config_is_rejected() {
+        let err = TestDrafter::new(NgramConfig {
+            min_ngram: 2,
+            max_ngram: 1,
+        })
+        .err()
+        .unwrap();
+        assert_eq!(err.field, "max_ngram");
+        let config = NgramConfig {
+            min_ngram: 2,
+            max_ngram: 4,
+        };
+        assert_eq!(TestDrafter::new(config).unwrap().config(), config);
+    }
+
+    #[test]
+    fn drafter_is_shareable_across_tasks() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<TestDrafter>();
+    }
+}

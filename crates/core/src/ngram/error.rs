@@ -1,0 +1,29 @@
+//! Why an n-gram drafter call failed.
+
+use crate::ids::SessionId;
+
+/// A call to [`super::NgramDrafter`] failed; the request goes on without speculation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NgramDrafterError {
+    /// `draft` named a session that is not open.
+    #[error("ngram drafter: unknown session {0}")]
+    UnknownSession(SessionId),
+    /// `open` named a session that is already open.
+    #[error("ngram drafter: session {0} is already open")]
+    SessionExists(SessionId),
+    /// The request's `committed_len` disagrees with the tokens the session has seen.
+    #[error(
+        "ngram drafter: invalid `committed_len` {committed_len} for session {session}: \
+         it holds {held} tokens and was sent {sent} more"
+    )]
+    CommittedLenMismatch {
+        /// Session of the request.
+        session: SessionId,
+        /// The request's `committed_len`.
+        committed_len: usize,
+        /// Tokens the session held before the request.
+        held: usize,
+        /// Tokens the request's `committed_tokens` added.
+        sent: usize,
+    },
+}

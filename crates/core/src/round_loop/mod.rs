@@ -1,0 +1,15 @@
+//! The per-request round state machine, generic over the verifier and drafter sides.
+
+mod answer_check;
+mod cleanup;
+mod control;
+mod error;
+mod events;
+mod request;
+mod run;
+
+pub use control::RequestControl;
+pub use error::RoundLoopError;
+pub use events::{Event, EventSink, Finish, SinkClosed, TokenDelta};
+pub use request::{GenerationRequest, RequestError};
+pub use run::RoundLoop;

@@ -1,0 +1,397 @@
+//! The per-request round loop: prefill, then draft / verify / emit rounds until a stop.
+
+use tracing::{debug, warn};
+
+use super::answer_check::check_verify_answer;
+use super::cleanup::Cleanup;
+use super::control::RequestControl;
+use super::error::RoundLoopError;
+use super::events::{Event, EventSink, Finish, TokenDelta};
+use super::request::GenerationRequest;
+use crate::block_size::BlockSizeController;
+use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
+use crate::fallback::{DrafterFallback, FallbackCause};
+use crate::finish::FinishReason;
+use crate::stats::SpecStats;
+use crate::stop::{Detokenizer, StopChecker};
+use crate::verifier::{PrefillRequest, Verified, Verifier, VerifyRequest};
+
+/// Prompt tokens given to the detokenizer as context for the first text delta.
+const DETOKENIZE_CONTEXT: usize = 5;
+
+/// Runs requests against one verifier, an optional drafter and a detokenizer.
+pub struct RoundLoop<'a, V, D, T: ?Sized> {
+    verifier: &'a V,
+    drafter: Option<&'a D>,
+    detokenizer: &'a T,
+}
+
+impl<'a, V, T> RoundLoop<'a, V, NoDrafter<V::Carry>, T>
+where
+    V: Verifier,
+    T: Detokenizer + ?Sized,
+{
+    /// A loop without drafter: every round is a plain decoding step through the verifier.
+    pub fn plain(verifier: &'a V, detokenizer: &'a T) -> Self {
+        Self {
+            verifier,
+            drafter: None,
+            detokenizer,
+        }
+    }
+}
+
+impl<'a, V, D, T> RoundLoop<'a, V, D, T>
+where
+    V: Verifier,
+    D: Drafter<Carry = V::Carry>,
+    T: Detokenizer + ?Sized,
+{
+    /// A loop that drafts with `drafter` when a request's block size allows it.
+    pub fn new(verifier: &'a V, drafter: Option<&'a D>, detokenizer: &'a T) -> Self {
+        Self {
+            verifier,
+            drafter,
+            detokenizer,
+        }
+    }
+
+    /// Generates one request, sending [`Event`]s to `sink`, and returns how it finished.
+    ///
+    /// Emitted tokens are always the target's choices, so the output is the same with any
+    /// drafter, block size or drafter failure. On success the last event is
+    /// [`Event::Finished`]; on error no such event is sent. Either way the verifier sequence
+    /// is released and the drafter session closed before this returns. If the returned
+    /// future is dropped before completion, a guard frees both through `release_detached` /
+    /// `close_detached`. To stop a request gracefully, use [`RequestControl::cancel`].
+    pub async fn run<S: EventSink>(
+        &self,
+        request: GenerationRequest,
+        sink: &mut S,
+        control: &RequestControl,
+    ) -> Result<Finish, RoundLoopError<V::Error>> {
+        request.validate()?;
+        let mut cleanup = Cleanup::new(self.verifier, request.seq);
+        let result = Generation::new(self, &request, sink, control, &mut cleanup)
+            .run()
+            .await;
+        cleanup.finish().await;
+        result
+    }
+}
+
+/// Tokens one step managed to emit.
+struct Emitted {
+    count: usize,
+    finish: Option<FinishReason>,
+}
+
+/// State of one request between rounds.
+struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
+    verifier: &'a V,
+    /// The drafter while its session is usable.
+    drafter: Option<&'a D>,
+    request: &'r GenerationRequest,
+    sink: &'r mut S,
+    sink_closed: bool,
+    control: &'r RequestControl,
+    cleanup: &'r mut Cleanup<'a, V, D>,
+    stop: StopChecker<'a, T>,
+    controller: BlockSizeController,
+    stats: SpecStats,
+    /// Last emitted token, not yet in the target cache.
+    bonus: u32,
+    emitted: usize,
+    /// Tokens in the target cache, prompt included.
+    committed_len: usize,
+    round: u32,
+    /// Carries and committed tokens not yet shipped to the drafter (rounds without drafts
+    /// still produce them).
+    pending_carries: Vec<V::Carry>,
+    pending_committed: Vec<u32>,
+}
+
+type Step<E> = Result<Option<FinishReason>, RoundLoopError<E>>;
+
+impl<'a, 'r, V, D, T, S> Generation<'a, 'r, V, D, T, S>
+where
+    V: Verifier,
+    D: Drafter<Carry = V::Carry>,
+    T: Detokenizer + ?Sized,
+    S: EventSink,
+{
+    fn new(
+        parts: &RoundLoop<'a, V, D, T>,
+        request: &'r GenerationRequest,
+        sink: &'r mut S,
+        control: &'r RequestControl,
+        cleanup: &'r mut Cleanup<'a, V, D>,
+    ) -> Self {
+        let mut controller = BlockSizeController::new(request.block_size);
+        let drafter = parts.drafter.filter(|_| controller.is_enabled());
+        if drafter.is_none() {
+            controller.disable();
+        }
+        let prompt = &request.prompt_ids;
+        let context = &prompt[prompt.len().saturating_sub(DETOKENIZE_CONTEXT)..];
+        Self {
+            verifier: parts.verifier,
+            drafter,
+            request,
+            sink,
+            sink_closed: false,
+            control,
+            cleanup,
+            stop: StopChecker::new(parts.detokenizer, request.stop.clone(), context),
+            controller,
+            stats: SpecStats::default(),
+            bonus: 0,
+            emitted: 0,
+            committed_len: prompt.len(),
+            round: 0,
+            pending_carries: Vec::new(),
+            pending_committed: Vec::new(),
+        }
+    }
+
+    async fn run(mut self) -> Result<Finish, RoundLoopError<V::Error>> {
+        let prefilled = self
+            .verifier
+            .prefill(PrefillRequest {
+                seq: self.request.seq,
+                prompt_ids: self.request.prompt_ids.clone(),
+                sampling: self.request.sampling,
+                want_carry: self.drafter.is_some(),
+            })
+            .await
+            .map_err(RoundLoopError::Verifier)?;
+        self.bonus = prefilled.first_token;
+        self.open_drafter(prefilled.carry).await;
+        let mut finish = self.emit(&[prefilled.first_token]).await?.finish;
+        let reason = loop {
+            match finish {
+                Some(reason) => break reason,
+                None => finish = self.round().await?,
+            }
+        };
+        Ok(self.finish(reason).await)
+    }
+
+    async fn open_drafter(&mut self, carry: Option<V::Carry>) {
+        let Some(drafter) = self.drafter else {
+            return;
+        };
+        let Some(carry) = carry else {
+            self.fall_back(
+                FallbackCause::MissingCarry,
+                "prefill returned no carry".into(),
+            );
+            return;
+        };
+        self.cleanup.session_opening(drafter, self.request.session);
+        let opened = drafter
+            .open(OpenRequest {
+                session: self.request.session,
+                prompt_ids: self.request.prompt_ids.clone(),
+                sampling: self.request.sampling,
+                carry,
+            })
+            .await;
+        if let Err(error) = opened {
+            self.fall_back(FallbackCause::Open, error.to_string());
+        }
+    }
+
+    /// One draft / verify / emit round; returns the finish reason once generation ends.
+    async fn round(&mut self) -> Step<V::Error> {
+        if self.control.is_cancelled() {
+            return Ok(Some(FinishReason::Cancelled));
+        }
+        let budget = self.request.stop.max_tokens.saturating_sub(self.emitted);
+        if budget == 0 {
+            return Ok(Some(FinishReason::Length));
+        }
+        self.controller.set_cap(self.control.block_cap());
+        let block_size = self.controller.next(budget + 1);
+        let drafts = match self.drafter {
+            Some(drafter) if block_size > 1 => self.draft(drafter, block_size - 1).await,
+            _ => Vec::new(),
+        };
+        let verified = self.verify(&drafts, budget).await?;
+        let committed_before = self.committed_len;
+        let accepted = verified.accepted;
+        self.commit(&drafts, accepted, verified.carry);
+
+        let emitted = self.emit(&verified.new_tokens).await?;
+        if let Some(reason) = emitted.finish {
+            if emitted.count < accepted + 1 {
+                // The cache holds the whole accepted block; keep it to the prompt and every
+                // emitted token but the last, as after any round.
+                self.committed_len = committed_before + emitted.count;
+                self.truncate().await;
+            }
+            return Ok(Some(reason));
+        }
+        if let Some(&bonus) = verified.new_tokens.last() {
+            self.bonus = bonus;
+        }
+        Ok(None)
+    }
+
+    /// Verifies `[bonus, drafts..]` and checks the answer.
+    async fn verify(
+        &mut self,
+        drafts: &[u32],
+        budget: usize,
+    ) -> Result<Verified<V::Carry>, RoundLoopError<V::Error>> {
+        let round = self.round;
+        let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        tokens.push(self.bonus);
+        tokens.extend_from_slice(drafts);
+        let verified = self
+            .verifier
+            .verify(VerifyRequest {
+                seq: self.request.seq,
+                round,
+                tokens,
+                budget,
+                output_index_base: self.emitted as u64,
+                want_carry: self.drafter.is_some(),
+            })
+            .await
+            .map_err(RoundLoopError::Verifier)?;
+        check_verify_answer(drafts, budget, verified.accepted, &verified.new_tokens)
+            .map_err(|reason| RoundLoopError::InvalidVerifyAnswer { round, reason })?;
+        debug!(
+            seq = %self.request.seq,
+            round,
+            drafted = drafts.len(),
+            accepted = verified.accepted,
+            "round verified"
+        );
+        Ok(verified)
+    }
+
+    /// Books a verified round: stats, history, cache length and what the drafter must learn.
+    fn commit(&mut self, drafts: &[u32], accepted: usize, carry: Option<V::Carry>) {
+        self.stats.record_round(drafts.len(), accepted);
+        if !drafts.is_empty() {
+            self.controller.record(accepted);
+        }
+        self.committed_len += accepted + 1;
+        if self.drafter.is_some() {
+            match carry {
+                Some(carry) => {
+                    self.pending_carries.push(carry);
+                    self.pending_committed.push(self.bonus);
+                    self.pending_committed
+                        .extend_from_slice(&drafts[..accepted]);
+                }
+                None => self.fall_back(
+                    FallbackCause::MissingCarry,
+                    "verify returned no carry".to_owned(),
+                ),
+            }
+        }
+        self.round = self.round.saturating_add(1);
+    }
+
+    /// Asks the drafter for `count` drafts; on failure falls back and returns none.
+    async fn draft(&mut self, drafter: &'a D, count: usize) -> Vec<u32> {
+        let request = DraftRequest {
+            session: self.request.session,
+            round: self.round,
+            bonus: self.bonus,
+            carries: std::mem::take(&mut self.pending_carries),
+            committed_tokens: std::mem::take(&mut self.pending_committed),
+            committed_len: self.committed_len,
+            output_index_base: self.emitted as u64,
+            count,
+        };
+        match drafter.draft(request).await {
+            Ok(drafts) if drafts.len() <= count => drafts,
+            Ok(drafts) => {
+                let message = format!("asked for {count} drafts, got {}", drafts.len());
+                self.fall_back(FallbackCause::InvalidDraft, message);
+                Vec::new()
+            }
+            Err(error) => {
+                self.fall_back(FallbackCause::Draft, error.to_string());
+                Vec::new()
+            }
+        }
+    }
+
+    /// Continues without speculation; the output does not change.
+    fn fall_back(&mut self, cause: FallbackCause, message: String) {
+        warn!(
+            seq = %self.request.seq,
+            round = self.round,
+            cause = cause.as_str(),
+            %message,
+            "drafter failed; continuing without speculation"
+        );
+        self.stats.fallback = Some(DrafterFallback {
+            round: self.round,
+            cause,
+            message,
+        });
+        self.controller.disable();
+        self.drafter = None;
+        self.pending_carries.clear();
+        self.pending_committed.clear();
+        self.cleanup.detach_session();
+    }
+
+    async fn truncate(&mut self) {
+        let truncated = self
+            .verifier
+            .truncate(self.request.seq, self.committed_len)
+            .await;
+        if let Err(error) = truncated {
+            // The sequence is released right after; a longer cache costs nothing.
+            warn!(seq = %self.request.seq, %error, "truncating the verifier sequence failed");
+        }
+    }
+
+    /// Runs `tokens` through the stop checker and sends what was emitted as one event.
+    async fn emit(&mut self, tokens: &[u32]) -> Result<Emitted, RoundLoopError<V::Error>> {
+        let first_index = self.emitted as u64;
+        let mut text = String::new();
+        let mut count = 0;
+        let mut finish = None;
+        for &token in tokens {
+            let outcome = self.stop.push(token)?;
+            text.push_str(&outcome.text);
+            count += 1;
+            if outcome.finish.is_some() {
+                finish = outcome.finish;
+                break;
+            }
+        }
+        self.emitted += count;
+        let delta = TokenDelta {
+            first_index,
+            tokens: tokens[..count].to_vec(),
+            text,
+        };
+        if self.sink.send(Event::Tokens(delta)).await.is_err() {
+            self.sink_closed = true;
+            finish = finish.or(Some(FinishReason::Cancelled));
+        }
+        Ok(Emitted { count, finish })
+    }
+
+    async fn finish(self, reason: FinishReason) -> Finish {
+        let finish = Finish {
+            reason,
+            tokens_emitted: self.emitted,
+            stats: self.stats,
+        };
+        if !self.sink_closed {
+            // A receiver gone at the very end changes nothing.
+            let _ = self.sink.send(Event::Finished(finish.clone())).await;
+        }
+        finish
+    }
+}

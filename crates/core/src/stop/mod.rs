@@ -1,0 +1,11 @@
+//! Stop conditions and incremental text output.
+
+mod checker;
+mod conditions;
+mod detokenizer;
+mod incremental;
+
+pub use checker::{StopChecker, TokenOutcome};
+pub use conditions::{StopConditionError, StopConditions};
+pub use detokenizer::{DetokenizeError, Detokenizer};
+pub use incremental::IncrementalDecoder;

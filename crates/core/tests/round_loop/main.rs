@@ -1,0 +1,9 @@
+//! Round-loop state machine tests over a table-driven target.
+
+mod support;
+
+mod budgets_and_stops;
+mod cancellation;
+mod failures;
+mod lossless;
+mod ngram;

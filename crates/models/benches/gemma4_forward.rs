@@ -1,0 +1,113 @@
+//! Prefill and verify-block cost of the Gemma 4 target on a medium random checkpoint, side by
+//! side with transformers on the same checkpoint (tools/bench_gemma4.sh runs both).
+//!
+//! `SPECD_BENCH_GEMMA4_DIR` (default /tmp/gemma4-medium) is the checkpoint written by
+//! tools/bench_torch_gemma4.py; `SPECD_BENCH_TORCH_JSON`, when set, is that script's output,
+//! and ratios candle/torch are printed.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use serde_json::{json, Value};
+use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
+
+const PROMPT_LEN: usize = 128;
+const BLOCK_SIZES: [usize; 3] = [1, 4, 8];
+
+fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut samples: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn ids(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            3 + ((x >> 33) as usize % (vocab - 3)) as u32
+        })
+        .collect()
+}
+
+fn main() {
+    let dir = PathBuf::from(std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()));
+    if !dir.join("config.json").exists() {
+        eprintln!(
+            "no checkpoint in {}: run tools/bench_gemma4.sh (or tools/bench_torch_gemma4.py {}) first",
+            dir.display(),
+            dir.display()
+        );
+        return;
+    }
+    let runs: usize = std::env::var("SPECD_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let model = Gemma4Model::load(&dir, DType::F32, &Device::Cpu).expect("load the checkpoint");
+    let vocab = model.config().vocab_size;
+    let mut prompt = ids(1, PROMPT_LEN, vocab);
+    prompt[0] = 2;
+
+    let prefill_ms = median_ms(runs, || {
+        let mut cache = model.new_cache(16);
+        let h = model.prefill(&mut cache, &prompt, DEFAULT_PREFILL_CHUNK).unwrap();
+        model.logits(&h).unwrap();
+    });
+    let mut context = model.new_cache(16);
+    model.prefill(&mut context, &prompt, DEFAULT_PREFILL_CHUNK).unwrap();
+    let mut blocks = serde_json::Map::new();
+    for bs in BLOCK_SIZES {
+        let block = ids(bs as u64 + 7, bs, vocab);
+        let with_logits = median_ms(runs, || {
+            let mut cache = context.clone();
+            let h = model.forward_block(&mut cache, &block).unwrap();
+            model.logits(&h).unwrap();
+        });
+        let hidden_only = median_ms(runs, || {
+            let mut cache = context.clone();
+            model.forward_block(&mut cache, &block).unwrap();
+        });
+        blocks.insert(bs.to_string(), json!({ "median_ms": with_logits, "hidden_only_ms": hidden_only }));
+    }
+    let bs1 = blocks["1"]["median_ms"].as_f64().unwrap_or(f64::NAN);
+    let mut report = json!({
+        "engine": "specd candle (CPU f32)",
+        "threads": rayon_threads(),
+        "runs": runs,
+        "prefill": { "tokens": PROMPT_LEN, "median_ms": prefill_ms },
+        "block_on_context": { "context_tokens": PROMPT_LEN, "by_block_size": blocks },
+        "bs4_over_bs1": blocks_ratio(&blocks, "4", bs1),
+        "bs8_over_bs1": blocks_ratio(&blocks, "8", bs1),
+    });
+    if let Ok(path) = std::env::var("SPECD_BENCH_TORCH_JSON") {
+        let torch: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read the torch json")).unwrap();
+        let mut ratios = serde_json::Map::new();
+        ratios.insert(
+            "prefill".into(),
+            json!(prefill_ms / torch["prefill"]["median_ms"].as_f64().unwrap_or(f64::NAN)),
+        );
+        for bs in BLOCK_SIZES {
+            let k = bs.to_string();
+            let ours = report["block_on_context"]["by_block_size"][&k]["median_ms"].as_f64().unwrap_or(f64::NAN);
+            let theirs = torch["block_on_context"]["by_block_size"][&k]["median_ms"].as_f64().unwrap_or(f64::NAN);
+            ratios.insert(format!("block_bs{bs}"), json!(ours / theirs));
+        }
+        report["candle_over_torch_time"] = Value::Object(ratios);
+        report["torch"] = torch;
+    }
+    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+}
+
+fn blocks_ratio(blocks: &serde_json::Map<String, Value>, bs: &str, bs1: f64) -> f64 {
+    blocks[bs]["median_ms"].as_f64().unwrap_or(f64::NAN) / bs1
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

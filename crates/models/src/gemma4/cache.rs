@@ -1,0 +1,174 @@
+//! Per-sequence K/V caches built for speculative decoding.
+//!
+//! Full-attention layers keep every position. Sliding layers keep the last `window - 1`
+//! positions a next query can see plus `max_rollback` positions of slack, so a rejected
+//! verify block can be rolled back even after the window has wrapped. Rollback is a plain
+//! truncation: rows are stored in temporal order, never as a ring.
+
+use candle_core::Tensor;
+
+use super::config::{Gemma4TextConfig, LayerKind};
+use crate::error::{ModelError, Result};
+
+/// Rows of one layer: keys and values `[kv_heads, rows, head_dim]` for positions
+/// `start .. start + rows`.
+#[derive(Debug, Clone)]
+pub struct LayerKv {
+    pub keys: Tensor,
+    pub values: Tensor,
+    pub start: usize,
+}
+
+impl LayerKv {
+    pub fn rows(&self) -> usize {
+        self.keys.dims()[1]
+    }
+
+    pub fn end(&self) -> usize {
+        self.start + self.rows()
+    }
+
+    /// The rows of positions `from .. to`, which must be held.
+    pub fn range(&self, from: usize, to: usize) -> Result<LayerKv> {
+        if from < self.start || to > self.end() || from > to {
+            return Err(ModelError::Invalid(format!(
+                "positions {from}..{to} are not held (cache holds {}..{})",
+                self.start,
+                self.end()
+            )));
+        }
+        Ok(LayerKv {
+            keys: self.keys.narrow(1, from - self.start, to - from)?,
+            values: self.values.narrow(1, from - self.start, to - from)?,
+            start: from,
+        })
+    }
+}
+
+/// The K/V a drafter needs: the last full-attention and the last sliding layer that compute
+/// their own K/V (post-norm, post-RoPE).
+#[derive(Debug, Clone)]
+pub struct SharedKv {
+    pub full: LayerKv,
+    pub sliding: Option<LayerKv>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SequenceCache {
+    layers: Vec<Option<LayerKv>>,
+    kinds: Vec<LayerKind>,
+    owns_kv: Vec<bool>,
+    len: usize,
+    window: usize,
+    max_rollback: usize,
+}
+
+impl SequenceCache {
+    pub fn new(cfg: &Gemma4TextConfig, max_rollback: usize) -> Self {
+        Self {
+            layers: vec![None; cfg.num_layers],
+            kinds: cfg.layers.iter().map(|l| l.kind).collect(),
+            owns_kv: cfg.layers.iter().enumerate().map(|(i, l)| l.kv_source == i).collect(),
+            len: 0,
+            window: cfg.sliding_window,
+            max_rollback,
+        }
+    }
+
+    /// Tokens in the cache.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn max_rollback(&self) -> usize {
+        self.max_rollback
+    }
+
+    pub fn layer(&self, i: usize) -> Option<&LayerKv> {
+        self.layers.get(i).and_then(Option::as_ref)
+    }
+
+    /// Appends the rows of a new block to layer `i`.
+    pub(crate) fn append(&mut self, i: usize, keys: Tensor, values: Tensor) -> Result<()> {
+        let slot = &mut self.layers[i];
+        *slot = Some(match slot.take() {
+            None => LayerKv { keys, values, start: self.len },
+            Some(old) => LayerKv {
+                keys: Tensor::cat(&[&old.keys, &keys], 1)?,
+                values: Tensor::cat(&[&old.values, &values], 1)?,
+                start: old.start,
+            },
+        });
+        Ok(())
+    }
+
+    /// Records that a forward of `tokens` positions finished, and drops sliding rows that no
+    /// future query nor a rollback of up to `max_rollback` tokens can need.
+    pub(crate) fn advance(&mut self, tokens: usize) -> Result<()> {
+        self.len += tokens;
+        let keep = (self.window.saturating_sub(1) + self.max_rollback).max(1);
+        for (i, slot) in self.layers.iter_mut().enumerate() {
+            if self.kinds[i] != LayerKind::Sliding {
+                continue;
+            }
+            if let Some(kv) = slot {
+                if kv.rows() > keep {
+                    *kv = kv.range(kv.end() - keep, kv.end())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls the sequence back to its first `len` tokens.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(ModelError::Invalid(format!("cannot truncate a sequence of {} tokens to {len}", self.len)));
+        }
+        if len == self.len {
+            return Ok(());
+        }
+        if len == 0 {
+            self.layers.iter_mut().for_each(|slot| *slot = None);
+            self.len = 0;
+            return Ok(());
+        }
+        let need = self.window.saturating_sub(1).min(len);
+        for (i, slot) in self.layers.iter_mut().enumerate() {
+            let Some(kv) = slot else { continue };
+            if self.kinds[i] == LayerKind::Sliding && kv.start > len - need {
+                return Err(ModelError::Invalid(format!(
+                    "cannot roll back to {len} tokens: the sliding window keeps positions from {} (rollback is limited to {} tokens)",
+                    kv.start, self.max_rollback
+                )));
+            }
+        }
+        for slot in self.layers.iter_mut() {
+            if let Some(kv) = slot.take() {
+                if len > kv.start {
+                    *slot = Some(kv.range(kv.start, len)?);
+                }
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Whether layer `i` holds its own K/V (false for KV-shared layers).
+    pub fn owns_kv(&self, i: usize) -> bool {
+        self.owns_kv[i]
+    }
+
+    /// Bytes held by keys and values.
+    pub fn kv_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|kv| 2 * kv.keys.elem_count() * kv.keys.dtype().size_in_bytes())
+            .sum()
+    }
+}

@@ -1,0 +1,238 @@
+//! One Gemma 4 decoder layer: attention with q/k/v norms, GeGLU MLP with the four sandwich
+//! norms, the per-layer-embedding residual, and the layer scalar.
+
+use candle_core::{DType, Tensor, D};
+
+use super::cache::SequenceCache;
+use super::config::{Gemma4TextConfig, LayerGeometry, LayerKind};
+use super::norm::RmsNorm;
+use super::rope;
+use crate::checkpoint::Checkpoint;
+use crate::error::Result;
+use crate::exact::{exact_attention, AttentionSpan};
+use crate::linear::Linear;
+
+/// Where one sequence's tokens sit in a packed forward.
+#[derive(Debug, Clone)]
+pub struct RowSlot {
+    /// First packed row of this sequence.
+    pub offset: usize,
+    pub tokens: usize,
+    /// Position of the first token.
+    pub position: usize,
+}
+
+/// RoPE tables of one sequence for each layer's (kind, head_dim).
+pub struct RowRope {
+    pub tables: Vec<((LayerKind, usize), (Tensor, Tensor))>,
+}
+
+impl RowRope {
+    fn get(&self, key: (LayerKind, usize)) -> Option<&(Tensor, Tensor)> {
+        self.tables.iter().find(|(k, _)| *k == key).map(|(_, t)| t)
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Option<Linear>,
+    v_proj: Option<Linear>,
+    o_proj: Linear,
+    q_norm: RmsNorm,
+    k_norm: Option<RmsNorm>,
+    v_norm: RmsNorm,
+}
+
+struct PerLayerInput {
+    gate: Linear,
+    projection: Linear,
+    post_norm: RmsNorm,
+}
+
+pub struct DecoderLayer {
+    index: usize,
+    geometry: LayerGeometry,
+    num_heads: usize,
+    window: Option<usize>,
+    attn: Attention,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    input_norm: RmsNorm,
+    post_attention_norm: RmsNorm,
+    pre_feedforward_norm: RmsNorm,
+    post_feedforward_norm: RmsNorm,
+    per_layer_input: Option<PerLayerInput>,
+    layer_scalar: Tensor,
+}
+
+fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
+    Ok(RmsNorm::new(ckpt.tensor(&format!("{name}.weight"), &[dim])?, eps))
+}
+
+impl DecoderLayer {
+    pub fn load(ckpt: &Checkpoint, cfg: &Gemma4TextConfig, index: usize, prefix: &str) -> Result<Self> {
+        let g = cfg.layers[index].clone();
+        let p = format!("{prefix}layers.{index}");
+        let h = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        let bias = cfg.attention_bias;
+        let owns_kv = g.kv_source == index;
+        let kv_width = g.num_kv_heads * g.head_dim;
+        let attn = Attention {
+            q_proj: Linear::load(ckpt, &format!("{p}.self_attn.q_proj"), cfg.num_heads * g.head_dim, h, bias)?,
+            k_proj: owns_kv
+                .then(|| Linear::load(ckpt, &format!("{p}.self_attn.k_proj"), kv_width, h, bias))
+                .transpose()?,
+            v_proj: (owns_kv && !g.k_eq_v)
+                .then(|| Linear::load(ckpt, &format!("{p}.self_attn.v_proj"), kv_width, h, bias))
+                .transpose()?,
+            o_proj: Linear::load(ckpt, &format!("{p}.self_attn.o_proj"), h, cfg.num_heads * g.head_dim, bias)?,
+            q_norm: norm(ckpt, &format!("{p}.self_attn.q_norm"), g.head_dim, eps)?,
+            k_norm: owns_kv.then(|| norm(ckpt, &format!("{p}.self_attn.k_norm"), g.head_dim, eps)).transpose()?,
+            v_norm: RmsNorm::unscaled(eps),
+        };
+        let per_layer_input = match cfg.per_layer_input_size {
+            Some(ple) => Some(PerLayerInput {
+                gate: Linear::load(ckpt, &format!("{p}.per_layer_input_gate"), ple, h, false)?,
+                projection: Linear::load(ckpt, &format!("{p}.per_layer_projection"), h, ple, false)?,
+                post_norm: norm(ckpt, &format!("{p}.post_per_layer_input_norm"), h, eps)?,
+            }),
+            None => None,
+        };
+        let inter = g.mlp_intermediate;
+        let scalar_name = format!("{p}.layer_scalar");
+        let layer_scalar = if ckpt.contains(&scalar_name) {
+            ckpt.tensor(&scalar_name, &[1])?
+        } else {
+            Tensor::ones(1, ckpt.dtype(), ckpt.device())?
+        };
+        Ok(Self {
+            index,
+            window: (g.kind == LayerKind::Sliding).then_some(cfg.sliding_window),
+            num_heads: cfg.num_heads,
+            attn,
+            gate_proj: Linear::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
+            up_proj: Linear::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
+            down_proj: Linear::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
+            input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
+            post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
+            pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,
+            post_feedforward_norm: norm(ckpt, &format!("{p}.post_feedforward_layernorm"), h, eps)?,
+            per_layer_input,
+            layer_scalar,
+            geometry: g,
+        })
+    }
+
+    #[allow(dead_code)]
+    pub fn geometry(&self) -> &LayerGeometry {
+        &self.geometry
+    }
+
+    /// Runs the layer over packed rows `h [n, hidden]`; `per_layer_input` is `[n, ple]`.
+    pub fn forward(
+        &self,
+        h: &Tensor,
+        rows: &[RowSlot],
+        ropes: &[RowRope],
+        caches: &mut [&mut SequenceCache],
+        per_layer_input: Option<&Tensor>,
+        exact: bool,
+    ) -> Result<Tensor> {
+        let attn_out = self.attention(&self.input_norm.forward(h)?, rows, ropes, caches, exact)?;
+        let h = (h + self.post_attention_norm.forward(&attn_out)?)?;
+
+        let x = self.pre_feedforward_norm.forward(&h)?;
+        let gate = self.gate_proj.forward(&x, exact)?.gelu()?;
+        let up = self.up_proj.forward(&x, exact)?;
+        let mlp = self.down_proj.forward(&(gate * up)?, exact)?;
+        let mut h = (h + self.post_feedforward_norm.forward(&mlp)?)?;
+
+        if let (Some(ple), Some(input)) = (&self.per_layer_input, per_layer_input) {
+            let g = ple.gate.forward(&h, exact)?.gelu()?;
+            let g = ple.projection.forward(&(g * input)?, exact)?;
+            h = (h + ple.post_norm.forward(&g)?)?;
+        }
+        Ok(h.broadcast_mul(&self.layer_scalar)?)
+    }
+
+    fn attention(
+        &self,
+        x: &Tensor,
+        rows: &[RowSlot],
+        ropes: &[RowRope],
+        caches: &mut [&mut SequenceCache],
+        exact: bool,
+    ) -> Result<Tensor> {
+        let g = &self.geometry;
+        let (hq, hkv, d) = (self.num_heads, g.num_kv_heads, g.head_dim);
+        let n = x.dims()[0];
+        let q_all = self.attn.q_proj.forward(x, exact)?.reshape((n, hq, d))?;
+        let q_all = self.attn.q_norm.forward(&q_all)?;
+        let kv_all = match &self.attn.k_proj {
+            Some(k_proj) => {
+                let raw_k = k_proj.forward(x, exact)?.reshape((n, hkv, d))?;
+                let raw_v = match &self.attn.v_proj {
+                    Some(v_proj) => v_proj.forward(x, exact)?.reshape((n, hkv, d))?,
+                    None => raw_k.clone(),
+                };
+                let k = self.attn.k_norm.as_ref().map(|nrm| nrm.forward(&raw_k)).transpose()?.unwrap_or(raw_k);
+                Some((k, self.attn.v_norm.forward(&raw_v)?))
+            }
+            None => None,
+        };
+
+        let key = (g.kind, d);
+        let mut outputs = Vec::with_capacity(rows.len());
+        for (r, row) in rows.iter().enumerate() {
+            let (cos, sin) = ropes[r]
+                .get(key)
+                .ok_or_else(|| candle_core::Error::Msg(format!("no rope table for layer {}", self.index)))?;
+            let q = rope::apply(&q_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
+            if let Some((k_all, v_all)) = &kv_all {
+                let k = rope::apply(&k_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
+                let v = v_all.narrow(0, row.offset, row.tokens)?;
+                caches[r].append(self.index, k.transpose(0, 1)?.contiguous()?, v.transpose(0, 1)?.contiguous()?)?;
+            }
+            let kv = caches[r].layer(g.kv_source).ok_or_else(|| {
+                candle_core::Error::Msg(format!("layer {} reads K/V of layer {} before it exists", self.index, g.kv_source))
+            })?;
+            let span = AttentionSpan { query_start: row.position, key_start: kv.start, window: self.window, scale: 1.0 };
+            let out = if exact {
+                exact_attention(&q, &kv.keys, &kv.values, span)?
+            } else {
+                masked_attention(&q, &kv.keys, &kv.values, span)?
+            };
+            outputs.push(out.reshape((row.tokens, hq * d))?);
+        }
+        let out = Tensor::cat(&outputs, 0)?;
+        self.attn.o_proj.forward(&out, exact)
+    }
+}
+
+/// Attention through candle's matmuls with an additive mask (long prefill chunks, GPUs).
+fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan) -> Result<Tensor> {
+    let (t, hq, d) = q.dims3()?;
+    let (hkv, s, _) = k.dims3()?;
+    let group = hq / hkv;
+    let expand = |x: &Tensor| -> Result<Tensor> {
+        Ok(x.unsqueeze(1)?.expand((hkv, group, s, d))?.reshape((hq, s, d))?)
+    };
+    let (k, v) = (expand(k)?, expand(v)?);
+    let q = q.transpose(0, 1)?.contiguous()?;
+    let scores = (q.matmul(&k.t()?)? * span.scale as f64)?;
+    let mut mask = Vec::with_capacity(t * s);
+    for ti in 0..t {
+        let p = span.query_start + ti;
+        for si in 0..s {
+            let a = span.key_start + si;
+            let visible = a <= p && span.window.is_none_or(|w| a + w > p);
+            mask.push(if visible { 0f32 } else { f32::NEG_INFINITY });
+        }
+    }
+    let mask = Tensor::from_vec(mask, (1, t, s), q.device())?.to_dtype(scores.dtype())?;
+    let scores = scores.broadcast_add(&mask)?.to_dtype(DType::F32)?;
+    let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(v.dtype())?;
+    Ok(probs.matmul(&v)?.transpose(0, 1)?)
+}

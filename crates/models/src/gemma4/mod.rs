@@ -1,0 +1,12 @@
+//! Gemma 4 text model (the verifier's target) in candle.
+
+pub mod cache;
+pub mod config;
+mod layer;
+mod model;
+pub(crate) mod norm;
+pub(crate) mod rope;
+
+pub use cache::{LayerKv, SequenceCache, SharedKv};
+pub use config::{CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, RopeConfig};
+pub use model::{BlockInput, Gemma4Model, OutputRows, DEFAULT_PREFILL_CHUNK};

@@ -1,0 +1,325 @@
+//! The Gemma 4 text model (`Gemma4ForCausalLM`, or the language model of `Gemma4ForConditionalGeneration`).
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::cache::{SequenceCache, SharedKv};
+use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
+use super::layer::{DecoderLayer, RowRope, RowSlot};
+use super::norm::RmsNorm;
+use super::rope::Rope;
+use crate::checkpoint::Checkpoint;
+use crate::error::{ModelError, Result};
+use crate::linear::{exact_eligible, Linear};
+
+/// Rows a prompt is prefilled in at most, so one long prompt never runs as one huge forward.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
+/// A block of new tokens for one sequence.
+pub struct BlockInput<'a> {
+    pub cache: &'a mut SequenceCache,
+    pub tokens: &'a [u32],
+}
+
+/// Which positions a forward must carry through the KV-shared layers and return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputRows {
+    /// Every position (verify blocks).
+    All,
+    /// Only the last position of each row (the end of a prefill).
+    Last,
+    /// Nothing: only fill the caches (intermediate prefill chunks).
+    None,
+}
+
+struct PerLayerEmbedding {
+    table: Tensor,
+    model_projection: Linear,
+    projection_norm: RmsNorm,
+    width: usize,
+}
+
+pub struct Gemma4Model {
+    cfg: Gemma4TextConfig,
+    layout: CheckpointLayout,
+    embed: Tensor,
+    embed_scale: f64,
+    per_layer: Option<PerLayerEmbedding>,
+    layers: Vec<DecoderLayer>,
+    ropes: Vec<((LayerKind, usize), Rope)>,
+    final_norm: RmsNorm,
+    lm_head: Linear,
+    device: Device,
+    dtype: DType,
+}
+
+impl Gemma4Model {
+    /// Loads a Gemma 4 text checkpoint directory (config.json plus safetensors).
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self> {
+        let (cfg, layout) = Gemma4TextConfig::from_dir(dir)?;
+        let ckpt = Checkpoint::open(dir, dtype, device)?;
+        Self::from_checkpoint(cfg, layout, &ckpt)
+    }
+
+    pub fn from_checkpoint(cfg: Gemma4TextConfig, layout: CheckpointLayout, ckpt: &Checkpoint) -> Result<Self> {
+        let p = layout.text_prefix.clone();
+        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        let embed = ckpt.tensor(&format!("{p}embed_tokens.weight"), &[v, h])?;
+        let per_layer = match cfg.per_layer_input_size {
+            Some(ple) => {
+                let width = cfg.num_layers * ple;
+                Some(PerLayerEmbedding {
+                    table: ckpt.tensor(&format!("{p}embed_tokens_per_layer.weight"), &[cfg.per_layer_vocab_size, width])?,
+                    model_projection: Linear::load(ckpt, &format!("{p}per_layer_model_projection"), width, h, false)?,
+                    projection_norm: RmsNorm::new(
+                        ckpt.tensor(&format!("{p}per_layer_projection_norm.weight"), &[ple])?,
+                        cfg.rms_norm_eps,
+                    ),
+                    width: ple,
+                })
+            }
+            None => None,
+        };
+        let layers = (0..cfg.num_layers)
+            .map(|i| DecoderLayer::load(ckpt, &cfg, i, &p))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ropes: Vec<((LayerKind, usize), Rope)> = Vec::new();
+        for l in &cfg.layers {
+            let key = (l.kind, l.head_dim);
+            if !ropes.iter().any(|(k, _)| *k == key) {
+                ropes.push((key, Rope::new(cfg.rope_for(l.kind), l.head_dim)));
+            }
+        }
+        let final_norm = RmsNorm::new(ckpt.tensor(&format!("{p}norm.weight"), &[h])?, cfg.rms_norm_eps);
+        let lm_head = if ckpt.contains("lm_head.weight") {
+            Linear::load(ckpt, "lm_head", v, h, false)?
+        } else if cfg.tie_word_embeddings {
+            Linear::new(embed.clone(), None)
+        } else {
+            return Err(ModelError::MissingTensor { name: "lm_head.weight".into() });
+        };
+        Ok(Self {
+            embed_scale: (h as f64).sqrt(),
+            cfg,
+            layout,
+            embed,
+            per_layer,
+            layers,
+            ropes,
+            final_norm,
+            lm_head,
+            device: ckpt.device().clone(),
+            dtype: ckpt.dtype(),
+        })
+    }
+
+    pub fn config(&self) -> &Gemma4TextConfig {
+        &self.cfg
+    }
+
+    pub fn layout(&self) -> &CheckpointLayout {
+        &self.layout
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The scaled token embedding table's raw weights `[vocab, hidden]`.
+    pub fn embedding_table(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// A fresh cache for one sequence, able to roll back `max_rollback` tokens.
+    pub fn new_cache(&self, max_rollback: usize) -> SequenceCache {
+        SequenceCache::new(&self.cfg, max_rollback)
+    }
+
+    /// Runs a block of tokens for one sequence, returning the final-normed hidden state of
+    /// every position `[tokens, hidden]`.
+    pub fn forward_block(&self, cache: &mut SequenceCache, tokens: &[u32]) -> Result<Tensor> {
+        let mut rows = [BlockInput { cache, tokens }];
+        let mut out = self.forward(&mut rows, OutputRows::All)?;
+        out.pop().ok_or_else(|| ModelError::Invalid("forward returned no rows".into()))
+    }
+
+    /// Prefills a prompt in chunks of at most `chunk` tokens and returns the final-normed
+    /// hidden state of its last position `[1, hidden]`.
+    pub fn prefill(&self, cache: &mut SequenceCache, tokens: &[u32], chunk: usize) -> Result<Tensor> {
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("prompt_ids: the prompt is empty".into()));
+        }
+        let chunk = chunk.max(1);
+        let mut last = None;
+        let pieces: Vec<&[u32]> = tokens.chunks(chunk).collect();
+        for (i, piece) in pieces.iter().enumerate() {
+            let final_piece = i + 1 == pieces.len();
+            let mut rows = [BlockInput { cache: &mut *cache, tokens: piece }];
+            let mode = if final_piece { OutputRows::Last } else { OutputRows::None };
+            last = self.forward(&mut rows, mode)?.pop();
+        }
+        last.ok_or_else(|| ModelError::Invalid("prefill returned no hidden state".into()))
+    }
+
+    /// One packed forward over several sequences, each with its own block of new tokens.
+    /// Returns, per row, the final-normed hidden states of the positions `output` asks for.
+    pub fn forward(&self, rows: &mut [BlockInput<'_>], output: OutputRows) -> Result<Vec<Tensor>> {
+        let mut slots = Vec::with_capacity(rows.len());
+        let mut ids = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            if row.tokens.is_empty() {
+                return Err(ModelError::Invalid(format!("rows[{r}].tokens: empty block")));
+            }
+            for (i, &t) in row.tokens.iter().enumerate() {
+                if t as usize >= self.cfg.vocab_size {
+                    return Err(ModelError::Invalid(format!(
+                        "rows[{r}].tokens[{i}]: token id {t} is not below the vocabulary size {}",
+                        self.cfg.vocab_size
+                    )));
+                }
+            }
+            let position = row.cache.len();
+            if position + row.tokens.len() > self.cfg.max_position_embeddings {
+                return Err(ModelError::Invalid(format!(
+                    "rows[{r}]: {} tokens exceed the context limit of {}",
+                    position + row.tokens.len(),
+                    self.cfg.max_position_embeddings
+                )));
+            }
+            slots.push(RowSlot { offset: ids.len(), tokens: row.tokens.len(), position });
+            ids.extend_from_slice(row.tokens);
+        }
+        let max_block = slots.iter().map(|s| s.tokens).max().unwrap_or(0);
+        let exact = exact_eligible(&self.device, self.dtype, max_block);
+
+        let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
+        let mut h = (self.embed.index_select(&ids_t, 0)? * self.embed_scale_in_dtype())?;
+        let per_layer_inputs = self.per_layer_inputs(&ids_t, &h, exact)?;
+        let mut ropes = self.row_ropes(&slots)?;
+        let block_lens: Vec<usize> = rows.iter().map(|r| r.tokens.len()).collect();
+        let mut caches: Vec<&mut SequenceCache> = rows.iter_mut().map(|r| &mut *r.cache).collect();
+
+        let first_shared = self.cfg.num_layers - self.cfg.num_kv_shared_layers;
+        let mut per_layer_inputs = per_layer_inputs;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if i == first_shared && output != OutputRows::All {
+                // KV-shared layers write no K/V, so positions nobody reads need not go further.
+                if output == OutputRows::None {
+                    break;
+                }
+                let last_rows: Vec<u32> = slots.iter().map(|s| (s.offset + s.tokens - 1) as u32).collect();
+                let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
+                h = h.index_select(&idx, 0)?;
+                per_layer_inputs = per_layer_inputs.map(|p| p.index_select(&idx, 0)).transpose()?;
+                for (r, s) in slots.iter_mut().enumerate() {
+                    for (_, (cos, sin)) in ropes[r].tables.iter_mut() {
+                        *cos = cos.narrow(0, s.tokens - 1, 1)?;
+                        *sin = sin.narrow(0, s.tokens - 1, 1)?;
+                    }
+                    *s = RowSlot { offset: r, tokens: 1, position: s.position + s.tokens - 1 };
+                }
+            }
+            let pli = per_layer_inputs
+                .as_ref()
+                .map(|p| p.narrow(1, i, 1).and_then(|x| x.squeeze(1)))
+                .transpose()?;
+            h = layer.forward(&h, &slots, &ropes, &mut caches, pli.as_ref(), exact)?;
+        }
+        for (cache, tokens) in caches.iter_mut().zip(&block_lens) {
+            cache.advance(*tokens)?;
+        }
+        if output == OutputRows::None {
+            return Ok(Vec::new());
+        }
+        let h = self.final_norm.forward(&h)?;
+        if output == OutputRows::Last && first_shared == self.cfg.num_layers {
+            // No KV-shared layers: the rows were never reduced to the last position.
+            return slots.iter().map(|s| Ok(h.narrow(0, s.offset + s.tokens - 1, 1)?)).collect();
+        }
+        slots.iter().map(|s| Ok(h.narrow(0, s.offset, s.tokens)?)).collect()
+    }
+
+    /// Logits `[n, vocab]` of final-normed hidden states `[n, hidden]`, softcapped as the
+    /// checkpoint asks. Cost is one vocabulary-wide projection per row, so a verifier calls it
+    /// only for the positions it needs.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let exact = exact_eligible(&self.device, self.dtype, hidden.dims()[0]);
+        let logits = self.lm_head.forward(hidden, exact)?;
+        Ok(match self.cfg.final_logit_softcapping {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
+    }
+
+    /// The K/V a drafter reads, for positions `from .. to` of a sequence (a whole snapshot or
+    /// the rows one round committed). Sliding rows must still be held.
+    pub fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<SharedKv> {
+        let full_layer = self
+            .cfg
+            .last_kv_producer(LayerKind::Full)
+            .ok_or_else(|| ModelError::Invalid("the model has no full-attention layer".into()))?;
+        let full = cache
+            .layer(full_layer)
+            .ok_or_else(|| ModelError::Invalid("the sequence is empty".into()))?
+            .range(from, to)?;
+        let sliding = match self.cfg.last_kv_producer(LayerKind::Sliding) {
+            Some(i) => {
+                let kv = cache.layer(i).ok_or_else(|| ModelError::Invalid("the sequence is empty".into()))?;
+                Some(kv.range(from.max(kv.start), to)?)
+            }
+            None => None,
+        };
+        Ok(SharedKv { full, sliding })
+    }
+
+    fn embed_scale_in_dtype(&self) -> f64 {
+        // transformers multiplies by the scale cast to the weight dtype (sqrt(3072) becomes 55.5
+        // in bf16); match it.
+        match self.dtype {
+            DType::BF16 => half::bf16::from_f64(self.embed_scale).to_f64(),
+            DType::F16 => half::f16::from_f64(self.embed_scale).to_f64(),
+            _ => self.embed_scale as f32 as f64,
+        }
+    }
+
+    /// Per-layer inputs `[n, layers, ple]`, combining the token-identity table with the
+    /// projection of the main embedding.
+    fn per_layer_inputs(&self, ids: &Tensor, embeds: &Tensor, exact: bool) -> Result<Option<Tensor>> {
+        let Some(ple) = &self.per_layer else { return Ok(None) };
+        let n = embeds.dims()[0];
+        let layers = self.cfg.num_layers;
+        let max_id = ids.max(0)?.to_scalar::<u32>()? as usize;
+        if max_id >= self.cfg.per_layer_vocab_size {
+            return Err(ModelError::Invalid(format!(
+                "token id {max_id} is not below the per-layer vocabulary size {}",
+                self.cfg.per_layer_vocab_size
+            )));
+        }
+        let token_part = (ple.table.index_select(ids, 0)? * (ple.width as f64).sqrt())?
+            .reshape((n, layers, ple.width))?;
+        let projected = (ple.model_projection.forward(embeds, exact)? * (self.cfg.hidden_size as f64).powf(-0.5))?
+            .reshape((n, layers, ple.width))?;
+        let projected = ple.projection_norm.forward(&projected)?;
+        Ok(Some(((projected + token_part)? * 2f64.powf(-0.5))?))
+    }
+
+    fn row_ropes(&self, slots: &[RowSlot]) -> Result<Vec<RowRope>> {
+        slots
+            .iter()
+            .map(|s| {
+                let positions: Vec<usize> = (s.position..s.position + s.tokens).collect();
+                let tables = self
+                    .ropes
+                    .iter()
+                    .map(|(key, rope)| Ok((*key, rope.cos_sin(&positions, self.dtype, &self.device)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(RowRope { tables })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,54 @@
+//! Grouped-query self-attention with biased Q/K/V projections (the Qwen2 block's first half).
+
+use candle_core::Tensor;
+
+use super::attend::{attend, RowSpan};
+use super::cache::KvCache;
+use super::error::Result;
+use super::linear::QLinear;
+
+pub(crate) struct Attention {
+    pub(crate) q: QLinear,
+    pub(crate) k: QLinear,
+    pub(crate) v: QLinear,
+    pub(crate) o: QLinear,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+}
+
+impl Attention {
+    /// `x [tokens, hidden]` of a packed batch; writes each row's new K/V into its cache at the
+    /// row's positions before attending, so a token sees itself and every earlier token.
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        cos_sin: &(Tensor, Tensor),
+        spans: &[RowSpan],
+        caches: &[&KvCache],
+        layer: usize,
+        exact_cpu: bool,
+    ) -> Result<Tensor> {
+        let tokens = x.dim(0)?;
+        let (cos, sin) = cos_sin;
+        let rotate = |t: Tensor, heads: usize| -> Result<Tensor> {
+            let t = t.reshape((1, tokens, heads, self.head_dim))?;
+            Ok(candle_nn::rotary_emb::rope_thd(&t, cos, sin)?.squeeze(0)?)
+        };
+        let q = rotate(self.q.forward(x)?, self.heads)?;
+        let k = rotate(self.k.forward(x)?, self.kv_heads)?;
+        let v = self
+            .v
+            .forward(x)?
+            .reshape((tokens, self.kv_heads, self.head_dim))?;
+        for (span, cache) in spans.iter().zip(caches) {
+            let k_row = k.narrow(0, span.start, span.len)?;
+            let v_row = v.narrow(0, span.start, span.len)?;
+            cache.write(layer, span.past, &k_row, &v_row)?;
+        }
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let out = attend(&q, spans, caches, layer, scale, exact_cpu)?;
+        self.o
+            .forward(&out.reshape((tokens, self.heads * self.head_dim))?)
+    }
+}

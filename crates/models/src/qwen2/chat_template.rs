@@ -1,0 +1,97 @@
+//! The chat prompt: the model's own Jinja chat template (`tokenizer.chat_template`), rendered
+//! with minijinja under the settings Hugging Face uses (trim_blocks, lstrip_blocks).
+
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file::Value;
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{context, Environment, ErrorKind};
+use serde::Serialize;
+
+use super::error::{Qwen2Error, Result};
+
+/// The Qwen 2.5 chat template, used when the GGUF carries none.
+pub const QWEN2_5_CHAT_TEMPLATE: &str = include_str!("qwen2_5_chat_template.jinja");
+
+const TEMPLATE_NAME: &str = "chat";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+}
+
+impl ChatTemplate {
+    /// Compiles a Jinja chat template.
+    pub fn new(source: impl Into<String>) -> Result<Self> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()?;
+        env.set_syntax(syntax);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> std::result::Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_template_owned(TEMPLATE_NAME, source.into())?;
+        Ok(Self { env })
+    }
+
+    /// The GGUF's `tokenizer.chat_template`, or the Qwen 2.5 template when it has none.
+    pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
+        match metadata.get("tokenizer.chat_template") {
+            Some(Value::String(source)) => Self::new(source.clone()),
+            Some(other) => Err(Qwen2Error::field(
+                "tokenizer.chat_template",
+                format!("expected a string, found {:?}", other.value_type()),
+            )),
+            None => {
+                tracing::info!("GGUF has no tokenizer.chat_template; using the Qwen 2.5 template");
+                Self::qwen2_5()
+            }
+        }
+    }
+
+    pub fn qwen2_5() -> Result<Self> {
+        Self::new(QWEN2_5_CHAT_TEMPLATE)
+    }
+
+    /// The prompt for `messages`; with `add_generation_prompt` it ends by opening the
+    /// assistant's turn.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let template = self.env.get_template(TEMPLATE_NAME)?;
+        Ok(template.render(context! {
+            messages => Serde(messages),
+            add_generation_prompt => add_generation_prompt,
+        })?)
+    }
+}

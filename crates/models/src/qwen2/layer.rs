@@ -1,0 +1,116 @@
+//! One Qwen2 decoder block (pre-norm attention and SwiGLU MLP, both residual) and its loading.
+
+use candle_core::{Device, Tensor};
+
+use super::attend::RowSpan;
+use super::attention::Attention;
+use super::cache::KvCache;
+use super::config::Qwen2Config;
+use super::error::Result;
+use super::gguf::{requantize_for_cpu, GgufFile};
+use super::linear::{QLinear, RowModeProbe};
+
+/// What loading needs besides the file: the device, the options and the shared probe.
+pub(crate) struct LoadContext<'a> {
+    pub(crate) gguf: &'a mut GgufFile,
+    pub(crate) device: &'a Device,
+    pub(crate) requantize: bool,
+    pub(crate) probe: RowModeProbe,
+    pub(crate) requantized: usize,
+}
+
+impl LoadContext<'_> {
+    /// Loads `{name}.weight` `[out, in]` (and `{name}.bias` `[out]` when `bias`).
+    pub(crate) fn linear(
+        &mut self,
+        name: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<QLinear> {
+        let weight_name = format!("{name}.weight");
+        let weight = self.gguf.qtensor(&weight_name, &[out, inp], self.device)?;
+        let weight = if self.requantize {
+            let before = weight.dtype();
+            let weight = requantize_for_cpu(&weight_name, weight, self.device)?;
+            self.requantized += usize::from(weight.dtype() != before);
+            weight
+        } else {
+            weight
+        };
+        let bias = match bias {
+            true => Some(
+                self.gguf
+                    .dense(&format!("{name}.bias"), &[out], self.device)?,
+            ),
+            false => None,
+        };
+        QLinear::new(&weight_name, weight, bias, &mut self.probe)
+    }
+
+    pub(crate) fn norm(&mut self, name: &str, size: usize) -> Result<Tensor> {
+        self.gguf
+            .dense(&format!("{name}.weight"), &[size], self.device)
+    }
+}
+
+pub(crate) struct DecoderLayer {
+    attn_norm: Tensor,
+    attention: Attention,
+    ffn_norm: Tensor,
+    gate: QLinear,
+    up: QLinear,
+    down: QLinear,
+    eps: f32,
+}
+
+impl DecoderLayer {
+    pub(crate) fn load(
+        ctx: &mut LoadContext<'_>,
+        index: usize,
+        config: &Qwen2Config,
+    ) -> Result<Self> {
+        let p = format!("blk.{index}");
+        let (hidden, kv_dim, ffn) = (
+            config.hidden_size,
+            config.kv_dim(),
+            config.intermediate_size,
+        );
+        let attention = Attention {
+            q: ctx.linear(&format!("{p}.attn_q"), hidden, hidden, true)?,
+            k: ctx.linear(&format!("{p}.attn_k"), kv_dim, hidden, true)?,
+            v: ctx.linear(&format!("{p}.attn_v"), kv_dim, hidden, true)?,
+            o: ctx.linear(&format!("{p}.attn_output"), hidden, hidden, false)?,
+            heads: config.num_heads,
+            kv_heads: config.num_kv_heads,
+            head_dim: config.head_dim,
+        };
+        Ok(Self {
+            attn_norm: ctx.norm(&format!("{p}.attn_norm"), hidden)?,
+            attention,
+            ffn_norm: ctx.norm(&format!("{p}.ffn_norm"), hidden)?,
+            gate: ctx.linear(&format!("{p}.ffn_gate"), ffn, hidden, false)?,
+            up: ctx.linear(&format!("{p}.ffn_up"), ffn, hidden, false)?,
+            down: ctx.linear(&format!("{p}.ffn_down"), hidden, ffn, false)?,
+            eps: config.rms_norm_eps as f32,
+        })
+    }
+
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        cos_sin: &(Tensor, Tensor),
+        spans: &[RowSpan],
+        caches: &[&KvCache],
+        layer: usize,
+        exact_cpu: bool,
+    ) -> Result<Tensor> {
+        let h = candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?;
+        let x = (x + self
+            .attention
+            .forward(&h, cos_sin, spans, caches, layer, exact_cpu)?)?;
+        let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, self.eps)?;
+        let mlp = (self.gate.forward(&h)?.silu()? * self.up.forward(&h)?)?;
+        Ok((x + self.down.forward(&mlp)?)?)
+    }
+}

@@ -1,0 +1,41 @@
+//! Rotary position embedding (NeoX layout: the two halves of each head are rotated together).
+//!
+//! Angles are computed per token from its absolute position, so every row of a batch can sit
+//! at its own position and a token's rotation never depends on the block it arrived in.
+
+use candle_core::{Device, Tensor};
+
+use super::error::Result;
+
+pub struct RotaryEmbedding {
+    inv_freq: Vec<f64>,
+}
+
+impl RotaryEmbedding {
+    pub fn new(head_dim: usize, theta: f64) -> Self {
+        let half = head_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| theta.powf(-((2 * i) as f64) / head_dim as f64))
+            .collect();
+        Self { inv_freq }
+    }
+
+    /// `cos` and `sin`, each `[positions.len(), head_dim / 2]`.
+    pub fn cos_sin(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &pos in positions {
+            for &f in &self.inv_freq {
+                let angle = pos as f64 * f;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        let shape = (positions.len(), half);
+        Ok((
+            Tensor::from_vec(cos, shape, device)?,
+            Tensor::from_vec(sin, shape, device)?,
+        ))
+    }
+}

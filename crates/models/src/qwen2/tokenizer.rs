@@ -1,0 +1,244 @@
+//! The Qwen2 byte-level BPE tokenizer: from a `tokenizer.json` beside the model when there is
+//! one, otherwise rebuilt from the GGUF `tokenizer.ggml.*` metadata.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::NFC;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use super::config::{meta_str, value_usize};
+use super::error::{Qwen2Error, Result};
+use super::gguf::GgufFile;
+
+/// The `qwen2` pre-tokenizer split (as in Qwen2's tokenizer.json and llama.cpp).
+pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Chat-turn terminators that stop generation whenever the vocabulary has them.
+pub const QWEN_STOP_TOKENS: [&str; 2] = ["<|im_end|>", "<|endoftext|>"];
+
+/// GGUF token types (llama.cpp `llama_token_type`).
+const TOKEN_TYPE_CONTROL: usize = 3;
+const TOKEN_TYPE_USER_DEFINED: usize = 4;
+
+pub struct Qwen2Tokenizer {
+    inner: Tokenizer,
+    eos_token_ids: Vec<u32>,
+}
+
+impl Qwen2Tokenizer {
+    /// The tokenizer for the model at `gguf_path`: `tokenizer.json` in the same directory when
+    /// present, else the GGUF metadata.
+    pub fn for_model(gguf_path: &Path) -> Result<Self> {
+        let gguf = GgufFile::open(gguf_path)?;
+        let json = gguf_path.parent().map(|dir| dir.join("tokenizer.json"));
+        match json {
+            Some(json) if json.is_file() => Self::from_tokenizer_json(&json, gguf.metadata()),
+            _ => Self::from_gguf_metadata(gguf.metadata()),
+        }
+    }
+
+    /// Loads `tokenizer.json`; the stop ids still come from the GGUF metadata.
+    pub fn from_tokenizer_json(path: &Path, metadata: &HashMap<String, Value>) -> Result<Self> {
+        let inner = Tokenizer::from_file(path)
+            .map_err(|e| Qwen2Error::tokenizer(format!("reading {}", path.display()), e))?;
+        tracing::info!(path = %path.display(), "tokenizer from tokenizer.json");
+        Self::with_stop_ids(inner, metadata)
+    }
+
+    /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,token_type,merges}`.
+    pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
+        let model = meta_str(metadata, "tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(Qwen2Error::field(
+                "tokenizer.ggml.model",
+                format!("expected \"gpt2\" (byte-level BPE), found {model:?}"),
+            ));
+        }
+        let pre = meta_str(metadata, "tokenizer.ggml.pre")?;
+        if pre != "qwen2" {
+            return Err(Qwen2Error::field(
+                "tokenizer.ggml.pre",
+                format!("unsupported pre-tokenizer {pre:?} (expected \"qwen2\")"),
+            ));
+        }
+        let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
+        let merges = string_array(metadata, "tokenizer.ggml.merges")?;
+        let types = array(metadata, "tokenizer.ggml.token_type")?;
+        if types.len() != tokens.len() {
+            return Err(Qwen2Error::field(
+                "tokenizer.ggml.token_type",
+                format!("{} entries for {} tokens", types.len(), tokens.len()),
+            ));
+        }
+
+        let vocab: Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(id, t)| (t.to_string(), id as u32))
+            .collect();
+        if vocab.len() != tokens.len() {
+            return Err(Qwen2Error::field(
+                "tokenizer.ggml.tokens",
+                "contains duplicate tokens",
+            ));
+        }
+        let merges = merges
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match m.split_once(' ') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
+                    Ok((a.to_string(), b.to_string()))
+                }
+                _ => Err(Qwen2Error::field(
+                    &format!("tokenizer.ggml.merges[{i}]"),
+                    format!("{m:?} is not two tokens separated by one space"),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| {
+                Qwen2Error::tokenizer(
+                    "building the BPE model from tokenizer.ggml.tokens/merges",
+                    e,
+                )
+            })?;
+
+        let split = Split::new(
+            SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| Qwen2Error::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
+        let pre_tokenizer = Sequence::new(vec![
+            split.into(),
+            ByteLevel::new(false, false, false).into(),
+        ]);
+
+        let mut inner = Tokenizer::new(bpe);
+        inner
+            .with_normalizer(Some(NFC))
+            .with_pre_tokenizer(Some(pre_tokenizer))
+            .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
+
+        // Control tokens are special (skipped by `decode(.., true)`); user-defined ones such as
+        // <tool_call> are added tokens that decode as text, as in Qwen's tokenizer.json.
+        let mut special = Vec::new();
+        let mut user_defined = Vec::new();
+        for (i, (token, kind)) in tokens.iter().zip(types).enumerate() {
+            match value_usize(kind, &format!("tokenizer.ggml.token_type[{i}]"))? {
+                TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.to_string(), true)),
+                TOKEN_TYPE_USER_DEFINED => {
+                    user_defined.push(AddedToken::from(token.to_string(), false).normalized(false))
+                }
+                _ => {}
+            }
+        }
+        inner.add_special_tokens(&special);
+        inner.add_tokens(&user_defined);
+        tracing::info!(
+            tokens = tokens.len(),
+            special = special.len(),
+            "tokenizer from GGUF metadata"
+        );
+        Self::with_stop_ids(inner, metadata)
+    }
+
+    fn with_stop_ids(inner: Tokenizer, metadata: &HashMap<String, Value>) -> Result<Self> {
+        let mut eos_token_ids = Vec::new();
+        for field in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Some(value) = metadata.get(field) {
+                eos_token_ids.push(value_usize(value, field)? as u32);
+            }
+        }
+        eos_token_ids.extend(QWEN_STOP_TOKENS.iter().filter_map(|t| inner.token_to_id(t)));
+        eos_token_ids.sort_unstable();
+        eos_token_ids.dedup();
+        if eos_token_ids.is_empty() {
+            return Err(Qwen2Error::MissingField {
+                field: "tokenizer.ggml.eos_token_id".into(),
+            });
+        }
+        Ok(Self {
+            inner,
+            eos_token_ids,
+        })
+    }
+
+    /// Token ids of `text`; special tokens written in the text (e.g. `<|im_start|>`) map to
+    /// their single ids. Qwen adds no BOS.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| Qwen2Error::tokenizer("encoding text", e))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Qwen2Error::tokenizer("decoding ids", e))
+    }
+
+    /// Ids that end a generation (`<|im_end|>`, `<|endoftext|>` and the GGUF eos/eot).
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos_token_ids
+    }
+
+    pub fn is_eos(&self, id: u32) -> bool {
+        self.eos_token_ids.contains(&id)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Size of the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+}
+
+fn array<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<&'a [Value]> {
+    match metadata.get(field) {
+        Some(Value::Array(values)) => Ok(values),
+        Some(other) => Err(Qwen2Error::field(
+            field,
+            format!("expected an array, found {:?}", other.value_type()),
+        )),
+        None => Err(Qwen2Error::MissingField {
+            field: field.to_string(),
+        }),
+    }
+}
+
+fn string_array<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<Vec<&'a str>> {
+    array(metadata, field)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) => Ok(s.as_str()),
+            other => Err(Qwen2Error::field(
+                &format!("{field}[{i}]"),
+                format!("expected a string, found {:?}", other.value_type()),
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,241 @@
+//! Shared by the Qwen2 tests: a tiny random Qwen2 written as a real GGUF file, and the
+//! location of the real Qwen2.5-Coder pair.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+pub const TARGET_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub const DRAFTER_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// The directory `tools/fetch_qwen_pair.sh` fills by default.
+pub fn model_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SPECD_MODEL_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/specd/models")
+}
+
+/// Paths of the (target, drafter) pair, or `None` after a loud warning on stderr.
+pub fn real_pair(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = model_dir();
+    let (target, drafter) = (dir.join(TARGET_FILE), dir.join(DRAFTER_FILE));
+    if target.is_file() && drafter.is_file() {
+        return Some((target, drafter));
+    }
+    eprintln!(
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         SKIPPED {test}: real Qwen pair not found in {}, run tools/fetch_qwen_pair.sh\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n",
+        dir.display()
+    );
+    None
+}
+
+/// Dimensions and storage formats of a tiny Qwen2.
+#[derive(Debug, Clone)]
+pub struct TinySpec {
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub context_length: usize,
+    /// Store every weight as F32 (for comparison with the reference forward).
+    pub all_f32: bool,
+    /// Omit `output.weight`, so the head is tied to the embedding.
+    pub tied_head: bool,
+    pub seed: u64,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        Self {
+            layers: 2,
+            hidden: 64,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 128,
+            vocab: 256,
+            context_length: 512,
+            all_f32: false,
+            tied_head: false,
+            seed: 7,
+        }
+    }
+}
+
+impl TinySpec {
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    /// The storage format of each weight in the mixed (default) layout: Q8_0, Q4_0 and F32
+    /// matmul weights, one Q5_0 weight per layer (requantized at load), F32 norms and biases.
+    fn dtype(&self, name: &str) -> GgmlDType {
+        if self.all_f32 || name.ends_with("_norm.weight") || name.ends_with(".bias") {
+            return GgmlDType::F32;
+        }
+        match name.rsplit('.').nth(1).unwrap_or(name) {
+            "attn_k" | "ffn_gate" => GgmlDType::Q4_0,
+            "attn_v" => GgmlDType::Q5_0,
+            "attn_output" => GgmlDType::F32,
+            _ => GgmlDType::Q8_0,
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so the tests need no extra crates.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    pub fn tokens(&mut self, n: usize, vocab: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| (self.next_u64() % vocab as u64) as u32)
+            .collect()
+    }
+}
+
+/// The tensors of a tiny Qwen2, in candle order (`[out, in]` for matmul weights).
+pub fn tiny_tensors(spec: &TinySpec) -> Vec<(String, Tensor)> {
+    let mut rng = Rng::new(spec.seed);
+    let mut tensors = Vec::new();
+    let mut add = |name: String, dims: &[usize], scale: f32, offset: f32| {
+        let n: usize = dims.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| offset + scale * rng.uniform()).collect();
+        tensors.push((name, Tensor::from_vec(data, dims, &Device::Cpu).unwrap()));
+    };
+    let (h, f, kv) = (spec.hidden, spec.ffn, spec.kv_heads * spec.head_dim());
+    add("token_embd.weight".into(), &[spec.vocab, h], 1.0, 0.0);
+    for l in 0..spec.layers {
+        let p = format!("blk.{l}");
+        let w = 1.0 / (h as f32).sqrt();
+        add(format!("{p}.attn_norm.weight"), &[h], 0.2, 1.0);
+        add(format!("{p}.attn_q.weight"), &[h, h], 2.0 * w, 0.0);
+        add(format!("{p}.attn_q.bias"), &[h], 0.1, 0.0);
+        add(format!("{p}.attn_k.weight"), &[kv, h], 2.0 * w, 0.0);
+        add(format!("{p}.attn_k.bias"), &[kv], 0.1, 0.0);
+        add(format!("{p}.attn_v.weight"), &[kv, h], w, 0.0);
+        add(format!("{p}.attn_v.bias"), &[kv], 0.1, 0.0);
+        add(format!("{p}.attn_output.weight"), &[h, h], w, 0.0);
+        add(format!("{p}.ffn_norm.weight"), &[h], 0.2, 1.0);
+        add(format!("{p}.ffn_gate.weight"), &[f, h], w, 0.0);
+        add(format!("{p}.ffn_up.weight"), &[f, h], w, 0.0);
+        add(
+            format!("{p}.ffn_down.weight"),
+            &[h, f],
+            1.0 / (f as f32).sqrt(),
+            0.0,
+        );
+    }
+    add("output_norm.weight".into(), &[h], 0.2, 1.0);
+    if !spec.tied_head {
+        add(
+            "output.weight".into(),
+            &[spec.vocab, h],
+            2.0 / (h as f32).sqrt(),
+            0.0,
+        );
+    }
+    tensors
+}
+
+/// Writes the tiny model as GGUF at `path`.
+pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
+    let u32v = |v: usize| Value::U32(v as u32);
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::String("qwen2".into())),
+        ("qwen2.block_count", u32v(spec.layers)),
+        ("qwen2.embedding_length", u32v(spec.hidden)),
+        ("qwen2.feed_forward_length", u32v(spec.ffn)),
+        ("qwen2.attention.head_count", u32v(spec.heads)),
+        ("qwen2.attention.head_count_kv", u32v(spec.kv_heads)),
+        ("qwen2.attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
+        ("qwen2.rope.freq_base", Value::F32(10_000.0)),
+        ("qwen2.context_length", u32v(spec.context_length)),
+    ];
+    let tensors: Vec<(String, QTensor)> = tiny_tensors(spec)
+        .into_iter()
+        .map(|(name, t)| {
+            let q = QTensor::quantize(&t, spec.dtype(&name)).unwrap();
+            (name, q)
+        })
+        .collect();
+    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut file = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut file, &meta_refs, &tensor_refs).unwrap();
+}
+
+/// A GGUF file in the temp dir, removed on drop.
+pub struct TempGguf(pub PathBuf);
+
+impl TempGguf {
+    pub fn tiny(tag: &str, spec: &TinySpec) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("specd-qwen2-{tag}-{}.gguf", std::process::id()));
+        write_tiny_gguf(&path, spec);
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempGguf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Elements whose bits differ, and the largest absolute difference.
+pub fn compare(a: &Tensor, b: &Tensor) -> (usize, f32) {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let differing = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
+    let max = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    (differing, max)
+}
+
+pub fn argmax_rows(logits: &Tensor) -> Vec<u32> {
+    logits
+        .argmax(candle_core::D::Minus1)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap()
+}

@@ -1,0 +1,33 @@
+//! The `specd` command line.
+
+mod device;
+mod generate;
+mod text;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "specd", version, about = "Distributed speculative decoding server and CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate from a prompt in this process (embedded mode).
+    Generate(generate::GenerateArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SPECD_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate(args) => generate::run(args),
+    }
+}

@@ -1,0 +1,13 @@
+//! The verifier side of specd: owns target-model sequences and their caches, and runs
+//! verify-accept-rollback rounds.
+
+mod carry;
+mod error;
+mod local;
+mod target;
+mod verify_block;
+
+pub use carry::TargetCarry;
+pub use error::VerifierError;
+pub use local::{LocalVerifier, VerifierLimits};
+pub use target::{Gemma4Target, TargetModel};

@@ -1,0 +1,244 @@
+//! An in-process verifier: sequences live in this process and rounds run on the caller's
+//! thread, with no serialization. The embedded mode and the verifier server both use it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use specd_core::{PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier, VerifyRequest};
+
+use crate::carry::TargetCarry;
+use crate::error::VerifierError;
+use crate::target::{TargetModel, MAX_ROLLBACK};
+use crate::verify_block::{accept_and_rollback, sample_from_hidden};
+
+/// Capacity limits of a verifier.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifierLimits {
+    /// Live sequences at most.
+    pub max_sequences: usize,
+}
+
+impl Default for VerifierLimits {
+    fn default() -> Self {
+        Self { max_sequences: 256 }
+    }
+}
+
+struct Sequence<C> {
+    cache: C,
+    sampling: SamplingParams,
+    /// The last round answered, kept so a retried round returns the same answer.
+    last_round: Option<(u32, Vec<u32>, Verified<TargetCarry>)>,
+}
+
+pub struct LocalVerifier<T: TargetModel> {
+    target: Arc<T>,
+    sequences: Mutex<HashMap<SeqId, Arc<Mutex<Sequence<T::Cache>>>>>,
+    limits: VerifierLimits,
+}
+
+fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
+    // A panic while holding the lock leaves data that is still structurally valid here.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<T: TargetModel> LocalVerifier<T> {
+    pub fn new(target: Arc<T>, limits: VerifierLimits) -> Self {
+        Self { target, sequences: Mutex::new(HashMap::new()), limits }
+    }
+
+    pub fn target(&self) -> &Arc<T> {
+        &self.target
+    }
+
+    /// Live sequences.
+    pub fn sequence_count(&self) -> usize {
+        lock(&self.sequences).len()
+    }
+
+    /// Bytes of K/V held by every live sequence.
+    pub fn kv_bytes(&self) -> usize {
+        let seqs: Vec<_> = lock(&self.sequences).values().cloned().collect();
+        seqs.iter().map(|s| self.target.cache_bytes(&lock(s).cache)).sum()
+    }
+
+    fn sequence(&self, seq: SeqId) -> Result<Arc<Mutex<Sequence<T::Cache>>>, VerifierError> {
+        lock(&self.sequences).get(&seq).cloned().ok_or(VerifierError::UnknownSequence(seq))
+    }
+
+    fn check_tokens(&self, field: &str, tokens: &[u32]) -> Result<(), VerifierError> {
+        let vocab = self.target.vocab_size();
+        match tokens.iter().position(|&t| t as usize >= vocab) {
+            Some(i) => Err(VerifierError::invalid(
+                &format!("{field}[{i}]"),
+                format!("token id {} is not below the vocabulary size {vocab}", tokens[i]),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    pub fn prefill_sync(&self, request: PrefillRequest) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        if request.prompt_ids.is_empty() {
+            return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
+        }
+        self.check_tokens("prompt_ids", &request.prompt_ids)?;
+        request.sampling.validate().map_err(|e| VerifierError::invalid(e.field, e.reason))?;
+        let limit = self.target.max_context();
+        if request.prompt_ids.len() >= limit {
+            return Err(VerifierError::out_of_range(
+                "prompt_ids",
+                format!("{} prompt tokens leave no room in the context limit of {limit}", request.prompt_ids.len()),
+            ));
+        }
+        {
+            let seqs = lock(&self.sequences);
+            if seqs.contains_key(&request.seq) {
+                return Err(VerifierError::DuplicateSequence(request.seq));
+            }
+            if seqs.len() >= self.limits.max_sequences {
+                return Err(VerifierError::ResourceExhausted(format!(
+                    "{} sequences are live, the limit is {}",
+                    seqs.len(),
+                    self.limits.max_sequences
+                )));
+            }
+        }
+        let mut cache = self.target.new_cache();
+        let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
+        let first_token = sample_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
+        let len = self.target.cache_len(&cache);
+        let carry = if request.want_carry {
+            Some(TargetCarry {
+                hidden,
+                shared_kv: self.target.shared_kv(&cache, 0, len).ok().flatten(),
+                committed: request.prompt_ids.clone(),
+                committed_len: len,
+            })
+        } else {
+            None
+        };
+        let entry = Sequence { cache, sampling: request.sampling, last_round: None };
+        let mut seqs = lock(&self.sequences);
+        if seqs.contains_key(&request.seq) {
+            return Err(VerifierError::DuplicateSequence(request.seq));
+        }
+        seqs.insert(request.seq, Arc::new(Mutex::new(entry)));
+        Ok(Prefilled { first_token, carry })
+    }
+
+    pub fn verify_sync(&self, request: VerifyRequest) -> Result<Verified<TargetCarry>, VerifierError> {
+        let seq = self.sequence(request.seq)?;
+        let mut seq = lock(&seq);
+        if let Some((round, tokens, answer)) = &seq.last_round {
+            if *round == request.round {
+                if *tokens != request.tokens {
+                    return Err(VerifierError::invalid("round", "a retried round must send the same tokens"));
+                }
+                return Ok(answer.clone());
+            }
+        }
+        let tokens = &request.tokens;
+        if tokens.is_empty() {
+            return Err(VerifierError::invalid("tokens", "must hold at least the bonus token"));
+        }
+        if tokens.len() > MAX_ROLLBACK + 1 {
+            return Err(VerifierError::out_of_range(
+                "tokens",
+                format!("a block of {} tokens exceeds the maximum of {}", tokens.len(), MAX_ROLLBACK + 1),
+            ));
+        }
+        if request.budget == 0 {
+            return Err(VerifierError::invalid("budget", "must be at least 1"));
+        }
+        self.check_tokens("tokens", tokens)?;
+        let start_len = self.target.cache_len(&seq.cache);
+        let limit = self.target.max_context();
+        if start_len + tokens.len() > limit {
+            return Err(VerifierError::out_of_range(
+                "tokens",
+                format!("the sequence would reach {} tokens, over the context limit of {limit}", start_len + tokens.len()),
+            ));
+        }
+        let sampling = seq.sampling;
+        let hidden = {
+            let mut rows = [(&mut seq.cache, tokens.as_slice())];
+            self.target.forward_blocks(&mut rows)?.pop().ok_or_else(|| VerifierError::invalid("tokens", "empty forward"))?
+        };
+        let outcome = accept_and_rollback(
+            &*self.target,
+            &mut seq.cache,
+            tokens,
+            &hidden,
+            start_len,
+            &sampling,
+            request.budget,
+            request.output_index_base,
+            request.want_carry,
+        );
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // Leave the sequence as it was before the round.
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        let answer = Verified {
+            accepted: outcome.accepted.accepted,
+            new_tokens: outcome.accepted.new_tokens,
+            carry: request.want_carry.then_some(outcome.carry),
+        };
+        seq.last_round = Some((request.round, request.tokens.clone(), answer.clone()));
+        Ok(answer)
+    }
+
+    pub fn truncate_sync(&self, seq: SeqId, committed_len: usize) -> Result<(), VerifierError> {
+        let Ok(entry) = self.sequence(seq) else { return Ok(()) };
+        let mut entry = lock(&entry);
+        let len = self.target.cache_len(&entry.cache);
+        if committed_len > len {
+            return Err(VerifierError::out_of_range(
+                "committed_len",
+                format!("{committed_len} exceeds the {len} tokens of the sequence"),
+            ));
+        }
+        entry.last_round = None;
+        self.target.truncate(&mut entry.cache, committed_len)
+    }
+
+    pub fn release_sync(&self, seq: SeqId) {
+        lock(&self.sequences).remove(&seq);
+    }
+}
+
+impl<T: TargetModel> Verifier for LocalVerifier<T> {
+    type Carry = TargetCarry;
+    type Error = VerifierError;
+
+    fn prefill(
+        &self,
+        request: PrefillRequest,
+    ) -> impl std::future::Future<Output = Result<Prefilled<TargetCarry>, VerifierError>> + Send {
+        std::future::ready(self.prefill_sync(request))
+    }
+
+    fn verify(
+        &self,
+        request: VerifyRequest,
+    ) -> impl std::future::Future<Output = Result<Verified<TargetCarry>, VerifierError>> + Send {
+        std::future::ready(self.verify_sync(request))
+    }
+
+    fn truncate(&self, seq: SeqId, committed_len: usize) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
+        std::future::ready(self.truncate_sync(seq, committed_len))
+    }
+
+    fn release(&self, seq: SeqId) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
+        self.release_sync(seq);
+        std::future::ready(Ok(()))
+    }
+
+    fn release_detached(&self, seq: SeqId) {
+        self.release_sync(seq);
+    }
+}
