@@ -32,14 +32,18 @@ fn ids(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
     let mut x = seed;
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             3 + ((x >> 33) as usize % (vocab - 3)) as u32
         })
         .collect()
 }
 
 fn main() {
-    let dir = PathBuf::from(std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()));
+    let dir = PathBuf::from(
+        std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()),
+    );
     if !dir.join("config.json").exists() {
         eprintln!(
             "no checkpoint in {}: run tools/bench_gemma4.sh (or tools/bench_torch_gemma4.py {}) first",
@@ -48,7 +52,10 @@ fn main() {
         );
         return;
     }
-    let runs: usize = std::env::var("SPECD_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let runs: usize = std::env::var("SPECD_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let model = Gemma4Model::load(&dir, DType::F32, &Device::Cpu).expect("load the checkpoint");
     let vocab = model.config().vocab_size;
     let mut prompt = ids(1, PROMPT_LEN, vocab);
@@ -56,11 +63,15 @@ fn main() {
 
     let prefill_ms = median_ms(runs, || {
         let mut cache = model.new_cache(16);
-        let h = model.prefill(&mut cache, &prompt, DEFAULT_PREFILL_CHUNK).unwrap();
+        let h = model
+            .prefill(&mut cache, &prompt, DEFAULT_PREFILL_CHUNK)
+            .unwrap();
         model.logits(&h).unwrap();
     });
     let mut context = model.new_cache(16);
-    model.prefill(&mut context, &prompt, DEFAULT_PREFILL_CHUNK).unwrap();
+    model
+        .prefill(&mut context, &prompt, DEFAULT_PREFILL_CHUNK)
+        .unwrap();
     let mut blocks = serde_json::Map::new();
     for bs in BLOCK_SIZES {
         let block = ids(bs as u64 + 7, bs, vocab);
@@ -73,7 +84,10 @@ fn main() {
             let mut cache = context.clone();
             model.forward_block(&mut cache, &block).unwrap();
         });
-        blocks.insert(bs.to_string(), json!({ "median_ms": with_logits, "hidden_only_ms": hidden_only }));
+        blocks.insert(
+            bs.to_string(),
+            json!({ "median_ms": with_logits, "hidden_only_ms": hidden_only }),
+        );
     }
     let bs1 = blocks["1"]["median_ms"].as_f64().unwrap_or(f64::NAN);
     let mut report = json!({
@@ -86,7 +100,9 @@ fn main() {
         "bs8_over_bs1": blocks_ratio(&blocks, "8", bs1),
     });
     if let Ok(path) = std::env::var("SPECD_BENCH_TORCH_JSON") {
-        let torch: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read the torch json")).unwrap();
+        let torch: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read the torch json"))
+                .unwrap();
         let mut ratios = serde_json::Map::new();
         ratios.insert(
             "prefill".into(),
@@ -94,8 +110,12 @@ fn main() {
         );
         for bs in BLOCK_SIZES {
             let k = bs.to_string();
-            let ours = report["block_on_context"]["by_block_size"][&k]["median_ms"].as_f64().unwrap_or(f64::NAN);
-            let theirs = torch["block_on_context"]["by_block_size"][&k]["median_ms"].as_f64().unwrap_or(f64::NAN);
+            let ours = report["block_on_context"]["by_block_size"][&k]["median_ms"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+            let theirs = torch["block_on_context"]["by_block_size"][&k]["median_ms"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
             ratios.insert(format!("block_bs{bs}"), json!(ours / theirs));
         }
         report["candle_over_torch_time"] = Value::Object(ratios);
@@ -109,5 +129,7 @@ fn blocks_ratio(blocks: &serde_json::Map<String, Value>, bs: &str, bs1: f64) -> 
 }
 
 fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }

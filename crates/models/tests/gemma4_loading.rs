@@ -26,16 +26,24 @@ fn moe_checkpoints_are_refused_as_unsupported() {
     let dir = copy_fixture("target-full");
     edit_config(dir.path(), |c| c["enable_moe_block"] = Value::Bool(true));
     let err = load_err(dir.path());
-    assert!(err.contains("unsupported") && err.contains("enable_moe_block"), "{err}");
+    assert!(
+        err.contains("unsupported") && err.contains("enable_moe_block"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_missing_tensor_is_named() {
     // An untied head with no lm_head.weight in the file.
     let dir = copy_fixture("target-full");
-    edit_config(dir.path(), |c| c["tie_word_embeddings"] = Value::Bool(false));
+    edit_config(dir.path(), |c| {
+        c["tie_word_embeddings"] = Value::Bool(false)
+    });
     let err = load_err(dir.path());
-    assert!(err.contains("lm_head.weight") && err.contains("missing"), "{err}");
+    assert!(
+        err.contains("lm_head.weight") && err.contains("missing"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -44,13 +52,18 @@ fn a_shape_mismatch_names_the_tensor_and_both_shapes() {
     edit_config(dir.path(), |c| c["intermediate_size"] = Value::from(96));
     let err = load_err(dir.path());
     assert!(err.contains("model.layers.0.mlp.gate_proj.weight"), "{err}");
-    assert!(err.contains("[96, 64]") && err.contains("[64, 64]"), "{err}");
+    assert!(
+        err.contains("[96, 64]") && err.contains("[64, 64]"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bad_config_fields_are_named() {
     let dir = copy_fixture("target-full");
-    edit_config(dir.path(), |c| c["layer_types"][1] = Value::from("local_attention"));
+    edit_config(dir.path(), |c| {
+        c["layer_types"][1] = Value::from("local_attention")
+    });
     let err = load_err(dir.path());
     assert!(err.contains("layer_types[1]"), "{err}");
 
@@ -59,7 +72,10 @@ fn bad_config_fields_are_named() {
         c.as_object_mut().unwrap().remove("hidden_size");
     });
     let err = load_err(dir.path());
-    assert!(err.contains("hidden_size") && err.contains("missing"), "{err}");
+    assert!(
+        err.contains("hidden_size") && err.contains("missing"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -72,7 +88,10 @@ fn a_missing_shard_is_named() {
         .unwrap();
     std::fs::remove_file(&shard).unwrap();
     let err = load_err(dir.path());
-    assert!(err.contains(shard.file_name().unwrap().to_str().unwrap()), "{err}");
+    assert!(
+        err.contains(shard.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
 }
 
 #[test]
@@ -82,9 +101,22 @@ fn bf16_compute_follows_the_f32_reference_closely() {
     let reference = reference(name);
     for prompt in reference["prompts"].as_array().unwrap() {
         let mut cache = model.new_cache(16);
-        let hidden = model.prefill(&mut cache, &u32s(&prompt["prompt_ids"]), DEFAULT_PREFILL_CHUNK).unwrap();
-        let logits: Vec<f32> =
-            model.logits(&hidden).unwrap().to_dtype(DType::F32).unwrap().get(0).unwrap().to_vec1().unwrap();
+        let hidden = model
+            .prefill(
+                &mut cache,
+                &u32s(&prompt["prompt_ids"]),
+                DEFAULT_PREFILL_CHUNK,
+            )
+            .unwrap();
+        let logits: Vec<f32> = model
+            .logits(&hidden)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let want = f32s(&prompt["last_logits"]);
         let diff = common::max_abs_diff(&logits, &want);
         // bf16 keeps about 3 significant digits; the reference logits are softcapped to |x| < 3.

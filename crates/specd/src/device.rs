@@ -24,8 +24,12 @@ impl DeviceArg {
             Self::Cpu => Device::Cpu,
             Self::Cuda if candle_core::utils::cuda_is_available() => Device::new_cuda(0)?,
             Self::Metal if candle_core::utils::metal_is_available() => Device::new_metal(0)?,
-            Self::Cuda => bail!("--device cuda: this build has no CUDA support (build with --features cuda)"),
-            Self::Metal => bail!("--device metal: this build has no Metal support (build with --features metal)"),
+            Self::Cuda => {
+                bail!("--device cuda: this build has no CUDA support (build with --features cuda)")
+            }
+            Self::Metal => bail!(
+                "--device metal: this build has no Metal support (build with --features metal)"
+            ),
         })
     }
 }

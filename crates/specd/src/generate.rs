@@ -9,8 +9,8 @@ use clap::Args;
 use serde_json::json;
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
-    BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, RequestControl, RoundLoop, SamplingParams,
-    SeqId, SessionId, SpecStats, StopConditions,
+    BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, RequestControl, RoundLoop,
+    SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
 };
 use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
 
@@ -70,7 +70,10 @@ struct PrintSink {
 }
 
 impl EventSink for PrintSink {
-    fn send(&mut self, event: Event) -> impl std::future::Future<Output = Result<(), SinkClosed>> + Send {
+    fn send(
+        &mut self,
+        event: Event,
+    ) -> impl std::future::Future<Output = Result<(), SinkClosed>> + Send {
         match event {
             Event::Tokens(delta) => {
                 self.tokens.extend_from_slice(&delta.tokens);
@@ -104,7 +107,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         (Some(ids), _, _) => ids.clone(),
         (None, Some(text), Some(tok)) => tok.encode(text)?,
         (None, Some(_), None) => {
-            bail!("--prompt needs tokenizer.json in {}; pass --prompt-ids instead", args.target.display())
+            bail!(
+                "--prompt needs tokenizer.json in {}; pass --prompt-ids instead",
+                args.target.display()
+            )
         }
         (None, None, _) => bail!("give a prompt with --prompt-ids or --prompt"),
     };
@@ -119,7 +125,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         seq: SeqId(1),
         session: SessionId(1),
         prompt_ids,
-        sampling: SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, seed: args.seed },
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            top_k: args.top_k,
+            seed: args.seed,
+        },
         stop: StopConditions {
             max_tokens: args.max_tokens,
             eos_token_ids: eos,
@@ -134,11 +145,18 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Some(t) => Box::new(t),
         None => Box::new(NoText),
     };
-    let mut sink = PrintSink { stream: !args.json, tokens: Vec::new(), text: String::new(), finish: None };
+    let mut sink = PrintSink {
+        stream: !args.json,
+        tokens: Vec::new(),
+        text: String::new(),
+        finish: None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let control = RequestControl::default();
     let finish = runtime
-        .block_on(RoundLoop::plain(&verifier, detokenizer.as_ref()).run(request, &mut sink, &control))
+        .block_on(
+            RoundLoop::plain(&verifier, detokenizer.as_ref()).run(request, &mut sink, &control),
+        )
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         let mut out = json!({

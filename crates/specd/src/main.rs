@@ -7,7 +7,11 @@ mod text;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "specd", version, about = "Distributed speculative decoding server and CLI")]
+#[command(
+    name = "specd",
+    version,
+    about = "Distributed speculative decoding server and CLI"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,7 +26,8 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SPECD_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SPECD_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

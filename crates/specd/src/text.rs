@@ -24,14 +24,19 @@ impl TextTokenizer {
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, true).map_err(|e| anyhow::anyhow!("encoding the prompt: {e}"))?;
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| anyhow::anyhow!("encoding the prompt: {e}"))?;
         Ok(enc.get_ids().to_vec())
     }
 }
 
 impl Detokenizer for TextTokenizer {
     fn decode(&self, ids: &[u32]) -> Result<String, DetokenizeError> {
-        self.inner.decode(ids, false).map_err(|e| DetokenizeError(e.to_string()))
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| DetokenizeError(e.to_string()))
     }
 }
 

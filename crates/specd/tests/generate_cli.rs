@@ -6,15 +6,22 @@ use std::process::Command;
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/gemma4").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4")
+        .join(name)
 }
 
 fn reference(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap())
+        .unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u64> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 fn join(ids: &[u64]) -> String {
@@ -30,11 +37,24 @@ fn no_draft_json_tokens_equal_transformers_greedy() {
         let out = Command::new(env!("CARGO_BIN_EXE_specd"))
             .args(["generate", "--target"])
             .arg(fixture(name))
-            .args(["--no-draft", "--prompt-ids", &join(&ids(&prompt["prompt_ids"]))])
-            .args(["--max-tokens", &want.len().to_string(), "--ignore-eos", "--json"])
+            .args([
+                "--no-draft",
+                "--prompt-ids",
+                &join(&ids(&prompt["prompt_ids"])),
+            ])
+            .args([
+                "--max-tokens",
+                &want.len().to_string(),
+                "--ignore-eos",
+                "--json",
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let json: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(ids(&json["tokens"]), want, "{name}");
         assert_eq!(json["finish_reason"], "length");
@@ -47,12 +67,22 @@ fn bad_prompt_ids_are_refused_with_the_field_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_specd"))
         .args(["generate", "--target"])
         .arg(fixture("target-full"))
-        .args(["--no-draft", "--prompt-ids", "2,999999", "--max-tokens", "4", "--json"])
+        .args([
+            "--no-draft",
+            "--prompt-ids",
+            "2,999999",
+            "--max-tokens",
+            "4",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("prompt_ids[1]") && err.contains("999999"), "{err}");
+    assert!(
+        err.contains("prompt_ids[1]") && err.contains("999999"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -4,7 +4,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use specd_core::{PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier, VerifyRequest};
+use specd_core::{
+    PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier, VerifyRequest,
+};
+
+use specd_models::gemma4::SharedKv;
 
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
@@ -31,9 +35,11 @@ struct Sequence<C> {
     last_round: Option<(u32, Vec<u32>, Verified<TargetCarry>)>,
 }
 
+type SequenceTable<C> = Mutex<HashMap<SeqId, Arc<Mutex<Sequence<C>>>>>;
+
 pub struct LocalVerifier<T: TargetModel> {
     target: Arc<T>,
-    sequences: Mutex<HashMap<SeqId, Arc<Mutex<Sequence<T::Cache>>>>>,
+    sequences: SequenceTable<T::Cache>,
     limits: VerifierLimits,
 }
 
@@ -44,7 +50,11 @@ fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
 
 impl<T: TargetModel> LocalVerifier<T> {
     pub fn new(target: Arc<T>, limits: VerifierLimits) -> Self {
-        Self { target, sequences: Mutex::new(HashMap::new()), limits }
+        Self {
+            target,
+            sequences: Mutex::new(HashMap::new()),
+            limits,
+        }
     }
 
     pub fn target(&self) -> &Arc<T> {
@@ -59,11 +69,16 @@ impl<T: TargetModel> LocalVerifier<T> {
     /// Bytes of K/V held by every live sequence.
     pub fn kv_bytes(&self) -> usize {
         let seqs: Vec<_> = lock(&self.sequences).values().cloned().collect();
-        seqs.iter().map(|s| self.target.cache_bytes(&lock(s).cache)).sum()
+        seqs.iter()
+            .map(|s| self.target.cache_bytes(&lock(s).cache))
+            .sum()
     }
 
     fn sequence(&self, seq: SeqId) -> Result<Arc<Mutex<Sequence<T::Cache>>>, VerifierError> {
-        lock(&self.sequences).get(&seq).cloned().ok_or(VerifierError::UnknownSequence(seq))
+        lock(&self.sequences)
+            .get(&seq)
+            .cloned()
+            .ok_or(VerifierError::UnknownSequence(seq))
     }
 
     fn check_tokens(&self, field: &str, tokens: &[u32]) -> Result<(), VerifierError> {
@@ -71,23 +86,35 @@ impl<T: TargetModel> LocalVerifier<T> {
         match tokens.iter().position(|&t| t as usize >= vocab) {
             Some(i) => Err(VerifierError::invalid(
                 &format!("{field}[{i}]"),
-                format!("token id {} is not below the vocabulary size {vocab}", tokens[i]),
+                format!(
+                    "token id {} is not below the vocabulary size {vocab}",
+                    tokens[i]
+                ),
             )),
             None => Ok(()),
         }
     }
 
-    pub fn prefill_sync(&self, request: PrefillRequest) -> Result<Prefilled<TargetCarry>, VerifierError> {
+    pub fn prefill_sync(
+        &self,
+        request: PrefillRequest,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
         if request.prompt_ids.is_empty() {
             return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
         }
         self.check_tokens("prompt_ids", &request.prompt_ids)?;
-        request.sampling.validate().map_err(|e| VerifierError::invalid(e.field, e.reason))?;
+        request
+            .sampling
+            .validate()
+            .map_err(|e| VerifierError::invalid(e.field, e.reason))?;
         let limit = self.target.max_context();
         if request.prompt_ids.len() >= limit {
             return Err(VerifierError::out_of_range(
                 "prompt_ids",
-                format!("{} prompt tokens leave no room in the context limit of {limit}", request.prompt_ids.len()),
+                format!(
+                    "{} prompt tokens leave no room in the context limit of {limit}",
+                    request.prompt_ids.len()
+                ),
             ));
         }
         {
@@ -117,7 +144,11 @@ impl<T: TargetModel> LocalVerifier<T> {
         } else {
             None
         };
-        let entry = Sequence { cache, sampling: request.sampling, last_round: None };
+        let entry = Sequence {
+            cache,
+            sampling: request.sampling,
+            last_round: None,
+        };
         let mut seqs = lock(&self.sequences);
         if seqs.contains_key(&request.seq) {
             return Err(VerifierError::DuplicateSequence(request.seq));
@@ -126,25 +157,38 @@ impl<T: TargetModel> LocalVerifier<T> {
         Ok(Prefilled { first_token, carry })
     }
 
-    pub fn verify_sync(&self, request: VerifyRequest) -> Result<Verified<TargetCarry>, VerifierError> {
+    pub fn verify_sync(
+        &self,
+        request: VerifyRequest,
+    ) -> Result<Verified<TargetCarry>, VerifierError> {
         let seq = self.sequence(request.seq)?;
         let mut seq = lock(&seq);
         if let Some((round, tokens, answer)) = &seq.last_round {
             if *round == request.round {
                 if *tokens != request.tokens {
-                    return Err(VerifierError::invalid("round", "a retried round must send the same tokens"));
+                    return Err(VerifierError::invalid(
+                        "round",
+                        "a retried round must send the same tokens",
+                    ));
                 }
                 return Ok(answer.clone());
             }
         }
         let tokens = &request.tokens;
         if tokens.is_empty() {
-            return Err(VerifierError::invalid("tokens", "must hold at least the bonus token"));
+            return Err(VerifierError::invalid(
+                "tokens",
+                "must hold at least the bonus token",
+            ));
         }
         if tokens.len() > MAX_ROLLBACK + 1 {
             return Err(VerifierError::out_of_range(
                 "tokens",
-                format!("a block of {} tokens exceeds the maximum of {}", tokens.len(), MAX_ROLLBACK + 1),
+                format!(
+                    "a block of {} tokens exceeds the maximum of {}",
+                    tokens.len(),
+                    MAX_ROLLBACK + 1
+                ),
             ));
         }
         if request.budget == 0 {
@@ -156,13 +200,19 @@ impl<T: TargetModel> LocalVerifier<T> {
         if start_len + tokens.len() > limit {
             return Err(VerifierError::out_of_range(
                 "tokens",
-                format!("the sequence would reach {} tokens, over the context limit of {limit}", start_len + tokens.len()),
+                format!(
+                    "the sequence would reach {} tokens, over the context limit of {limit}",
+                    start_len + tokens.len()
+                ),
             ));
         }
         let sampling = seq.sampling;
         let hidden = {
             let mut rows = [(&mut seq.cache, tokens.as_slice())];
-            self.target.forward_blocks(&mut rows)?.pop().ok_or_else(|| VerifierError::invalid("tokens", "empty forward"))?
+            self.target
+                .forward_blocks(&mut rows)?
+                .pop()
+                .ok_or_else(|| VerifierError::invalid("tokens", "empty forward"))?
         };
         let outcome = accept_and_rollback(
             &*self.target,
@@ -193,7 +243,9 @@ impl<T: TargetModel> LocalVerifier<T> {
     }
 
     pub fn truncate_sync(&self, seq: SeqId, committed_len: usize) -> Result<(), VerifierError> {
-        let Ok(entry) = self.sequence(seq) else { return Ok(()) };
+        let Ok(entry) = self.sequence(seq) else {
+            return Ok(());
+        };
         let mut entry = lock(&entry);
         let len = self.target.cache_len(&entry.cache);
         if committed_len > len {
@@ -206,8 +258,24 @@ impl<T: TargetModel> LocalVerifier<T> {
         self.target.truncate(&mut entry.cache, committed_len)
     }
 
-    pub fn release_sync(&self, seq: SeqId) {
-        lock(&self.sequences).remove(&seq);
+    /// Frees a sequence; false when it was not live.
+    pub fn release_sync(&self, seq: SeqId) -> bool {
+        lock(&self.sequences).remove(&seq).is_some()
+    }
+
+    /// The sequence's committed length and the shared K/V a drafter mirrors, over every
+    /// position still held (views of the cache, no copy). `None` when the target exports
+    /// no shared K/V.
+    pub fn shared_kv_sync(&self, seq: SeqId) -> Result<(usize, Option<SharedKv>), VerifierError> {
+        let entry = self.sequence(seq)?;
+        let entry = lock(&entry);
+        let len = self.target.cache_len(&entry.cache);
+        Ok((len, self.target.shared_kv(&entry.cache, 0, len)?))
+    }
+
+    /// The capacity limits this verifier enforces.
+    pub fn limits(&self) -> VerifierLimits {
+        self.limits
     }
 }
 
@@ -218,27 +286,36 @@ impl<T: TargetModel> Verifier for LocalVerifier<T> {
     fn prefill(
         &self,
         request: PrefillRequest,
-    ) -> impl std::future::Future<Output = Result<Prefilled<TargetCarry>, VerifierError>> + Send {
+    ) -> impl std::future::Future<Output = Result<Prefilled<TargetCarry>, VerifierError>> + Send
+    {
         std::future::ready(self.prefill_sync(request))
     }
 
     fn verify(
         &self,
         request: VerifyRequest,
-    ) -> impl std::future::Future<Output = Result<Verified<TargetCarry>, VerifierError>> + Send {
+    ) -> impl std::future::Future<Output = Result<Verified<TargetCarry>, VerifierError>> + Send
+    {
         std::future::ready(self.verify_sync(request))
     }
 
-    fn truncate(&self, seq: SeqId, committed_len: usize) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
+    fn truncate(
+        &self,
+        seq: SeqId,
+        committed_len: usize,
+    ) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
         std::future::ready(self.truncate_sync(seq, committed_len))
     }
 
-    fn release(&self, seq: SeqId) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
-        self.release_sync(seq);
+    fn release(
+        &self,
+        seq: SeqId,
+    ) -> impl std::future::Future<Output = Result<(), VerifierError>> + Send {
+        let _ = self.release_sync(seq);
         std::future::ready(Ok(()))
     }
 
     fn release_detached(&self, seq: SeqId) {
-        self.release_sync(seq);
+        let _ = self.release_sync(seq);
     }
 }

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use specd_models::gemma4::{BlockInput, Gemma4Model, OutputRows, SequenceCache, SharedKv, DEFAULT_PREFILL_CHUNK};
+use specd_models::gemma4::{
+    BlockInput, Gemma4Model, OutputRows, SequenceCache, SharedKv, DEFAULT_PREFILL_CHUNK,
+};
 
 use crate::error::VerifierError;
 
@@ -20,12 +22,20 @@ pub trait TargetModel: Send + Sync + 'static {
     /// Fills the cache with the prompt; returns the last position's hidden `[1, hidden]`.
     fn prefill(&self, cache: &mut Self::Cache, tokens: &[u32]) -> Result<Tensor, VerifierError>;
     /// Runs several sequences' blocks in one forward; per row, every position's hidden.
-    fn forward_blocks(&self, rows: &mut [(&mut Self::Cache, &[u32])]) -> Result<Vec<Tensor>, VerifierError>;
+    fn forward_blocks(
+        &self,
+        rows: &mut [(&mut Self::Cache, &[u32])],
+    ) -> Result<Vec<Tensor>, VerifierError>;
     /// Logits `[n, vocab]` of hidden states `[n, hidden]`.
     fn logits(&self, hidden: &Tensor) -> Result<Tensor, VerifierError>;
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<(), VerifierError>;
     /// K/V rows of positions `from .. to` for a drafter, if this target exports them.
-    fn shared_kv(&self, cache: &Self::Cache, from: usize, to: usize) -> Result<Option<SharedKv>, VerifierError>;
+    fn shared_kv(
+        &self,
+        cache: &Self::Cache,
+        from: usize,
+        to: usize,
+    ) -> Result<Option<SharedKv>, VerifierError>;
 }
 
 /// Most tokens a verify block may roll back.
@@ -38,7 +48,10 @@ pub struct Gemma4Target {
 
 impl Gemma4Target {
     pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, VerifierError> {
-        Ok(Self { model: Gemma4Model::load(dir, dtype, device)?, prefill_chunk: DEFAULT_PREFILL_CHUNK })
+        Ok(Self {
+            model: Gemma4Model::load(dir, dtype, device)?,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        })
     }
 
     pub fn model(&self) -> &Gemma4Model {
@@ -77,9 +90,14 @@ impl TargetModel for Gemma4Target {
         Ok(self.model.prefill(cache, tokens, self.prefill_chunk)?)
     }
 
-    fn forward_blocks(&self, rows: &mut [(&mut SequenceCache, &[u32])]) -> Result<Vec<Tensor>, VerifierError> {
-        let mut inputs: Vec<BlockInput<'_>> =
-            rows.iter_mut().map(|(cache, tokens)| BlockInput { cache: &mut **cache, tokens }).collect();
+    fn forward_blocks(
+        &self,
+        rows: &mut [(&mut SequenceCache, &[u32])],
+    ) -> Result<Vec<Tensor>, VerifierError> {
+        let mut inputs: Vec<BlockInput<'_>> = rows
+            .iter_mut()
+            .map(|(cache, tokens)| BlockInput { cache, tokens })
+            .collect();
         Ok(self.model.forward(&mut inputs, OutputRows::All)?)
     }
 
@@ -91,7 +109,12 @@ impl TargetModel for Gemma4Target {
         Ok(cache.truncate(len)?)
     }
 
-    fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<Option<SharedKv>, VerifierError> {
+    fn shared_kv(
+        &self,
+        cache: &SequenceCache,
+        from: usize,
+        to: usize,
+    ) -> Result<Option<SharedKv>, VerifierError> {
         Ok(Some(self.model.shared_kv(cache, from, to)?))
     }
 }

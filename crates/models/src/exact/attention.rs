@@ -24,9 +24,9 @@ struct ExactAttention(AttentionSpan);
 
 fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     let data = s.as_slice::<f32>()?;
-    let (start, end) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("exact attention: {what} must be contiguous")))?;
+    let (start, end) = l.contiguous_offsets().ok_or_else(|| {
+        candle_core::Error::Msg(format!("exact attention: {what} must be contiguous"))
+    })?;
     Ok(&data[start..end])
 }
 
@@ -47,7 +47,8 @@ impl CustomOp3 for ExactAttention {
         let span = self.0;
         let (t_len, hq, d) = lq.shape().dims3()?;
         let (hkv, s_len, dk) = lk.shape().dims3()?;
-        if dk != d || lv.shape().dims() != lk.shape().dims() || hkv == 0 || hq % hkv != 0 {
+        if dk != d || lv.shape().dims() != lk.shape().dims() || hkv == 0 || !hq.is_multiple_of(hkv)
+        {
             candle_core::bail!(
                 "exact attention: q {:?}, k {:?}, v {:?} do not fit",
                 lq.shape().dims(),

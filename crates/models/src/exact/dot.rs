@@ -14,12 +14,20 @@ fn dot_generic<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
         let xa = &a[c * LANES..(c + 1) * LANES];
         let xb = &b[c * LANES..(c + 1) * LANES];
         for l in 0..LANES {
-            acc[l] = if FMA { xa[l].mul_add(xb[l], acc[l]) } else { acc[l] + xa[l] * xb[l] };
+            acc[l] = if FMA {
+                xa[l].mul_add(xb[l], acc[l])
+            } else {
+                acc[l] + xa[l] * xb[l]
+            };
         }
     }
     for i in chunks * LANES..n {
         let l = i - chunks * LANES;
-        acc[l] = if FMA { a[i].mul_add(b[i], acc[l]) } else { acc[l] + a[i] * b[i] };
+        acc[l] = if FMA {
+            a[i].mul_add(b[i], acc[l])
+        } else {
+            acc[l] + a[i] * b[i]
+        };
     }
     // Pairwise reduction in a fixed order.
     let mut width = LANES;
@@ -32,10 +40,59 @@ fn dot_generic<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     acc[0]
 }
 
+/// Four dot products against one shared vector `w`, each computed with exactly the lane
+/// arithmetic of [`dot_generic`], so `dot4(x, w)[r] == dot(x[r], w)` bit for bit while `w` is
+/// read once.
+#[inline(always)]
+fn dot4_generic<const FMA: bool>(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    let n = w.len();
+    let mut acc = [[0f32; LANES]; 4];
+    let chunks = n / LANES;
+    for c in 0..chunks {
+        let wc = &w[c * LANES..(c + 1) * LANES];
+        for r in 0..4 {
+            let xc = &x[r][c * LANES..(c + 1) * LANES];
+            for l in 0..LANES {
+                acc[r][l] = if FMA {
+                    xc[l].mul_add(wc[l], acc[r][l])
+                } else {
+                    acc[r][l] + xc[l] * wc[l]
+                };
+            }
+        }
+    }
+    for i in chunks * LANES..n {
+        let l = i - chunks * LANES;
+        for r in 0..4 {
+            acc[r][l] = if FMA {
+                x[r][i].mul_add(w[i], acc[r][l])
+            } else {
+                acc[r][l] + x[r][i] * w[i]
+            };
+        }
+    }
+    let mut out = [0f32; 4];
+    for r in 0..4 {
+        let mut width = LANES;
+        while width > 1 {
+            width /= 2;
+            for l in 0..width {
+                acc[r][l] += acc[r][l + width];
+            }
+        }
+        out[r] = acc[r][0];
+    }
+    out
+}
+
 #[inline(always)]
 fn axpy_generic<const FMA: bool>(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (yi, xi) in y.iter_mut().zip(x) {
-        *yi = if FMA { alpha.mul_add(*xi, *yi) } else { *yi + alpha * *xi };
+        *yi = if FMA {
+            alpha.mul_add(*xi, *yi)
+        } else {
+            *yi + alpha * *xi
+        };
     }
 }
 
@@ -43,6 +100,12 @@ fn axpy_generic<const FMA: bool>(alpha: f32, x: &[f32], y: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     dot_generic::<true>(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    dot4_generic::<true>(x, w)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -72,6 +135,21 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_generic::<false>(a, b)
 }
 
+/// `[dot(x[0], w), .., dot(x[3], w)]`, bit-identical to four [`dot`] calls; every `x[r]` must
+/// be as long as `w`.
+#[inline]
+pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        return unsafe { dot4_avx2(x, w) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    return dot4_generic::<true>(x, w);
+    #[allow(unreachable_code)]
+    dot4_generic::<false>(x, w)
+}
+
 /// `y += alpha * x`, element by element.
 #[inline]
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
@@ -94,8 +172,32 @@ mod tests {
     fn dot_matches_naive_sum() {
         let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
         let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.25).collect();
-        let naive: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+        let naive: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (*x as f64) * (*y as f64))
+            .sum();
         assert!((dot(&a, &b) as f64 - naive).abs() < 1e-3);
+    }
+
+    #[test]
+    fn dot4_is_four_dots_bit_for_bit() {
+        for n in [1usize, 15, 16, 17, 64, 100, 1031] {
+            let w: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 113) as f32 / 37.0 - 1.3)
+                .collect();
+            let xs: Vec<Vec<f32>> = (0..4)
+                .map(|r| {
+                    (0..n)
+                        .map(|i| ((i * 31 + r * 17) % 97) as f32 / 19.0 - 2.1)
+                        .collect()
+                })
+                .collect();
+            let got = dot4([&xs[0], &xs[1], &xs[2], &xs[3]], &w);
+            for r in 0..4 {
+                assert_eq!(got[r].to_bits(), dot(&xs[r], &w).to_bits(), "n {n} row {r}");
+            }
+        }
     }
 
     #[test]

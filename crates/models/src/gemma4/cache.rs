@@ -68,7 +68,12 @@ impl SequenceCache {
         Self {
             layers: vec![None; cfg.num_layers],
             kinds: cfg.layers.iter().map(|l| l.kind).collect(),
-            owns_kv: cfg.layers.iter().enumerate().map(|(i, l)| l.kv_source == i).collect(),
+            owns_kv: cfg
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(i, l)| l.kv_source == i)
+                .collect(),
             len: 0,
             window: cfg.sliding_window,
             max_rollback,
@@ -96,7 +101,11 @@ impl SequenceCache {
     pub(crate) fn append(&mut self, i: usize, keys: Tensor, values: Tensor) -> Result<()> {
         let slot = &mut self.layers[i];
         *slot = Some(match slot.take() {
-            None => LayerKv { keys, values, start: self.len },
+            None => LayerKv {
+                keys,
+                values,
+                start: self.len,
+            },
             Some(old) => LayerKv {
                 keys: Tensor::cat(&[&old.keys, &keys], 1)?,
                 values: Tensor::cat(&[&old.values, &values], 1)?,
@@ -127,7 +136,10 @@ impl SequenceCache {
     /// Rolls the sequence back to its first `len` tokens.
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         if len > self.len {
-            return Err(ModelError::Invalid(format!("cannot truncate a sequence of {} tokens to {len}", self.len)));
+            return Err(ModelError::Invalid(format!(
+                "cannot truncate a sequence of {} tokens to {len}",
+                self.len
+            )));
         }
         if len == self.len {
             return Ok(());

@@ -25,7 +25,10 @@ impl LayerKind {
         match name {
             "sliding_attention" => Ok(Self::Sliding),
             "full_attention" => Ok(Self::Full),
-            other => Err(ModelError::config(field, format!("unknown layer type {other:?}"))),
+            other => Err(ModelError::config(
+                field,
+                format!("unknown layer type {other:?}"),
+            )),
         }
     }
 
@@ -102,7 +105,11 @@ struct RawRope {
     factor: Option<f64>,
 }
 
-fn field<T: for<'de> Deserialize<'de>>(obj: &Value, name: &str, prefix: &str) -> Result<Option<T>, ModelError> {
+fn field<T: for<'de> Deserialize<'de>>(
+    obj: &Value,
+    name: &str,
+    prefix: &str,
+) -> Result<Option<T>, ModelError> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => serde_json::from_value(v.clone())
@@ -111,8 +118,13 @@ fn field<T: for<'de> Deserialize<'de>>(obj: &Value, name: &str, prefix: &str) ->
     }
 }
 
-fn required<T: for<'de> Deserialize<'de>>(obj: &Value, name: &str, prefix: &str) -> Result<T, ModelError> {
-    field(obj, name, prefix)?.ok_or_else(|| ModelError::config(&format!("{prefix}{name}"), "missing"))
+fn required<T: for<'de> Deserialize<'de>>(
+    obj: &Value,
+    name: &str,
+    prefix: &str,
+) -> Result<T, ModelError> {
+    field(obj, name, prefix)?
+        .ok_or_else(|| ModelError::config(&format!("{prefix}{name}"), "missing"))
 }
 
 fn token_ids(obj: &Value, name: &str, prefix: &str) -> Result<Vec<u32>, ModelError> {
@@ -139,16 +151,25 @@ impl Gemma4TextConfig {
         match model_type.as_str() {
             "gemma4_text" => {
                 let cfg = Self::from_text_json(root, "", None)?;
-                Ok((cfg, CheckpointLayout { text_prefix: "model.".into(), multimodal: false }))
+                Ok((
+                    cfg,
+                    CheckpointLayout {
+                        text_prefix: "model.".into(),
+                        multimodal: false,
+                    },
+                ))
             }
             "gemma4" => {
-                let text = root
-                    .get("text_config")
-                    .ok_or_else(|| ModelError::config("text_config", "missing for model_type gemma4"))?;
+                let text = root.get("text_config").ok_or_else(|| {
+                    ModelError::config("text_config", "missing for model_type gemma4")
+                })?;
                 let cfg = Self::from_text_json(text, "text_config.", Some(root))?;
                 Ok((
                     cfg,
-                    CheckpointLayout { text_prefix: "model.language_model.".into(), multimodal: true },
+                    CheckpointLayout {
+                        text_prefix: "model.language_model.".into(),
+                        multimodal: true,
+                    },
                 ))
             }
             other => Err(ModelError::config(
@@ -160,7 +181,11 @@ impl Gemma4TextConfig {
 
     /// Resolves a text config object; `outer` is the multimodal wrapper, whose top-level
     /// `tie_word_embeddings` and token ids take precedence when present.
-    pub fn from_text_json(obj: &Value, prefix: &str, outer: Option<&Value>) -> Result<Self, ModelError> {
+    pub fn from_text_json(
+        obj: &Value,
+        prefix: &str,
+        outer: Option<&Value>,
+    ) -> Result<Self, ModelError> {
         let p = prefix;
         if field::<bool>(obj, "enable_moe_block", p)?.unwrap_or(false) {
             return Err(ModelError::Unsupported(format!(
@@ -174,7 +199,8 @@ impl Gemma4TextConfig {
                 )));
             }
         }
-        let activation = field::<String>(obj, "hidden_activation", p)?.unwrap_or_else(|| "gelu_pytorch_tanh".into());
+        let activation = field::<String>(obj, "hidden_activation", p)?
+            .unwrap_or_else(|| "gelu_pytorch_tanh".into());
         if activation != "gelu_pytorch_tanh" {
             return Err(ModelError::Unsupported(format!(
                 "{p}hidden_activation: only gelu_pytorch_tanh is supported, got {activation:?}"
@@ -192,7 +218,12 @@ impl Gemma4TextConfig {
         let num_kv_shared_layers: usize = field(obj, "num_kv_shared_layers", p)?.unwrap_or(0);
         let double_wide: bool = field(obj, "use_double_wide_mlp", p)?.unwrap_or(false);
         let ple: usize = field(obj, "hidden_size_per_layer_input", p)?.unwrap_or(256);
-        if hidden_size == 0 || num_layers == 0 || num_heads == 0 || head_dim == 0 || num_kv_heads == 0 {
+        if hidden_size == 0
+            || num_layers == 0
+            || num_heads == 0
+            || head_dim == 0
+            || num_kv_heads == 0
+        {
             return Err(ModelError::config(
                 &format!("{p}hidden_size"),
                 "hidden_size, num_hidden_layers, num_attention_heads, head_dim and num_key_value_heads must be positive",
@@ -213,9 +244,14 @@ impl Gemma4TextConfig {
         for (i, &kind) in kinds.iter().enumerate() {
             let (hd, nkv) = overrides
                 .get(&i)
-                .map(|o| (o.head_dim.unwrap_or(head_dim), o.num_kv_heads.unwrap_or(num_kv_heads)))
+                .map(|o| {
+                    (
+                        o.head_dim.unwrap_or(head_dim),
+                        o.num_kv_heads.unwrap_or(num_kv_heads),
+                    )
+                })
                 .unwrap_or((head_dim, num_kv_heads));
-            if num_heads % nkv != 0 {
+            if !num_heads.is_multiple_of(nkv) {
                 return Err(ModelError::config(
                     &format!("{p}num_key_value_heads"),
                     format!("layer {i}: {num_heads} attention heads are not a multiple of {nkv} kv heads"),
@@ -246,7 +282,10 @@ impl Gemma4TextConfig {
             if src.head_dim != l.head_dim || src.num_kv_heads != l.num_kv_heads {
                 return Err(ModelError::config(
                     &format!("{p}per_layer_config"),
-                    format!("layer {i} shares K/V of layer {} whose geometry differs", l.kv_source),
+                    format!(
+                        "layer {i} shares K/V of layer {} whose geometry differs",
+                        l.kv_source
+                    ),
                 ));
             }
         }
@@ -304,7 +343,13 @@ impl Gemma4TextConfig {
             }
             // transformers' default pattern: five sliding layers, then one full layer.
             None => (0..num_layers)
-                .map(|i| if (i + 1) % 6 == 0 { LayerKind::Full } else { LayerKind::Sliding })
+                .map(|i| {
+                    if (i + 1) % 6 == 0 {
+                        LayerKind::Full
+                    } else {
+                        LayerKind::Sliding
+                    }
+                })
                 .collect(),
         };
         // transformers forces the last layer to full attention; do the same so numbers agree.
@@ -329,7 +374,10 @@ impl Gemma4TextConfig {
                         .parse()
                         .map_err(|_| ModelError::config(&name, "key is not a layer index"))?;
                     if idx >= kinds.len() {
-                        return Err(ModelError::config(&name, format!("layer {idx} does not exist")));
+                        return Err(ModelError::config(
+                            &name,
+                            format!("layer {idx} does not exist"),
+                        ));
                     }
                     let Value::Object(fields) = value else {
                         return Err(ModelError::config(&name, "expected an object of overrides"));
@@ -337,11 +385,9 @@ impl Gemma4TextConfig {
                     let mut o = GeometryOverride::default();
                     for (fname, fval) in fields {
                         let fpath = format!("{name}.{fname}");
-                        let n = fval
-                            .as_u64()
-                            .filter(|&n| n > 0)
-                            .ok_or_else(|| ModelError::config(&fpath, "expected a positive integer"))?
-                            as usize;
+                        let n = fval.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                            ModelError::config(&fpath, "expected a positive integer")
+                        })? as usize;
                         match fname.as_str() {
                             "head_dim" => o.head_dim = Some(n),
                             "num_key_value_heads" => o.num_kv_heads = Some(n),
@@ -372,7 +418,10 @@ impl Gemma4TextConfig {
                 }
             }
             Some(_) => {
-                return Err(ModelError::config(&format!("{p}per_layer_config"), "expected an object"))
+                return Err(ModelError::config(
+                    &format!("{p}per_layer_config"),
+                    "expected an object",
+                ))
             }
         }
         Ok(out)
@@ -380,26 +429,50 @@ impl Gemma4TextConfig {
 
     fn rope(obj: &Value, p: &str) -> Result<(RopeConfig, RopeConfig), ModelError> {
         let raw: Option<BTreeMap<String, RawRope>> = field(obj, "rope_parameters", p)?;
-        let default_sliding = RopeConfig { theta: 10_000.0, partial_rotary_factor: 1.0, factor: 1.0, proportional: false };
-        let default_full = RopeConfig { theta: 1_000_000.0, partial_rotary_factor: 0.25, factor: 1.0, proportional: true };
+        let default_sliding = RopeConfig {
+            theta: 10_000.0,
+            partial_rotary_factor: 1.0,
+            factor: 1.0,
+            proportional: false,
+        };
+        let default_full = RopeConfig {
+            theta: 1_000_000.0,
+            partial_rotary_factor: 0.25,
+            factor: 1.0,
+            proportional: true,
+        };
         let Some(raw) = raw else {
             return Ok((default_sliding, default_full));
         };
         let resolve = |kind: LayerKind| -> Result<RopeConfig, ModelError> {
             let name = format!("{p}rope_parameters.{}", kind.as_str());
-            let r = raw.get(kind.as_str()).ok_or_else(|| ModelError::config(&name, "missing"))?;
+            let r = raw
+                .get(kind.as_str())
+                .ok_or_else(|| ModelError::config(&name, "missing"))?;
             let rope_type = r.rope_type.as_deref().unwrap_or("default");
             let proportional = match rope_type {
                 "default" => false,
                 "proportional" => true,
                 other => {
-                    return Err(ModelError::Unsupported(format!("{name}.rope_type: {other:?} is not supported")))
+                    return Err(ModelError::Unsupported(format!(
+                        "{name}.rope_type: {other:?} is not supported"
+                    )))
                 }
             };
             Ok(RopeConfig {
-                theta: r.rope_theta.ok_or_else(|| ModelError::config(&format!("{name}.rope_theta"), "missing"))?,
-                partial_rotary_factor: if proportional { r.partial_rotary_factor.unwrap_or(1.0) } else { 1.0 },
-                factor: if proportional { r.factor.unwrap_or(1.0) } else { 1.0 },
+                theta: r
+                    .rope_theta
+                    .ok_or_else(|| ModelError::config(&format!("{name}.rope_theta"), "missing"))?,
+                partial_rotary_factor: if proportional {
+                    r.partial_rotary_factor.unwrap_or(1.0)
+                } else {
+                    1.0
+                },
+                factor: if proportional {
+                    r.factor.unwrap_or(1.0)
+                } else {
+                    1.0
+                },
                 proportional,
             })
         };
@@ -408,7 +481,9 @@ impl Gemma4TextConfig {
 
     /// The last layer of a kind that computes its own K/V: the layer whose K/V a drafter reads.
     pub fn last_kv_producer(&self, kind: LayerKind) -> Option<usize> {
-        (0..self.num_layers).rev().find(|&i| self.layers[i].kind == kind && self.layers[i].kv_source == i)
+        (0..self.num_layers)
+            .rev()
+            .find(|&i| self.layers[i].kind == kind && self.layers[i].kv_source == i)
     }
 
     pub fn rope_for(&self, kind: LayerKind) -> &RopeConfig {

@@ -67,11 +67,19 @@ pub struct DecoderLayer {
 }
 
 fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
-    Ok(RmsNorm::new(ckpt.tensor(&format!("{name}.weight"), &[dim])?, eps))
+    Ok(RmsNorm::new(
+        ckpt.tensor(&format!("{name}.weight"), &[dim])?,
+        eps,
+    ))
 }
 
 impl DecoderLayer {
-    pub fn load(ckpt: &Checkpoint, cfg: &Gemma4TextConfig, index: usize, prefix: &str) -> Result<Self> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        cfg: &Gemma4TextConfig,
+        index: usize,
+        prefix: &str,
+    ) -> Result<Self> {
         let g = cfg.layers[index].clone();
         let p = format!("{prefix}layers.{index}");
         let h = cfg.hidden_size;
@@ -80,22 +88,42 @@ impl DecoderLayer {
         let owns_kv = g.kv_source == index;
         let kv_width = g.num_kv_heads * g.head_dim;
         let attn = Attention {
-            q_proj: Linear::load(ckpt, &format!("{p}.self_attn.q_proj"), cfg.num_heads * g.head_dim, h, bias)?,
+            q_proj: Linear::load(
+                ckpt,
+                &format!("{p}.self_attn.q_proj"),
+                cfg.num_heads * g.head_dim,
+                h,
+                bias,
+            )?,
             k_proj: owns_kv
                 .then(|| Linear::load(ckpt, &format!("{p}.self_attn.k_proj"), kv_width, h, bias))
                 .transpose()?,
             v_proj: (owns_kv && !g.k_eq_v)
                 .then(|| Linear::load(ckpt, &format!("{p}.self_attn.v_proj"), kv_width, h, bias))
                 .transpose()?,
-            o_proj: Linear::load(ckpt, &format!("{p}.self_attn.o_proj"), h, cfg.num_heads * g.head_dim, bias)?,
+            o_proj: Linear::load(
+                ckpt,
+                &format!("{p}.self_attn.o_proj"),
+                h,
+                cfg.num_heads * g.head_dim,
+                bias,
+            )?,
             q_norm: norm(ckpt, &format!("{p}.self_attn.q_norm"), g.head_dim, eps)?,
-            k_norm: owns_kv.then(|| norm(ckpt, &format!("{p}.self_attn.k_norm"), g.head_dim, eps)).transpose()?,
+            k_norm: owns_kv
+                .then(|| norm(ckpt, &format!("{p}.self_attn.k_norm"), g.head_dim, eps))
+                .transpose()?,
             v_norm: RmsNorm::unscaled(eps),
         };
         let per_layer_input = match cfg.per_layer_input_size {
             Some(ple) => Some(PerLayerInput {
                 gate: Linear::load(ckpt, &format!("{p}.per_layer_input_gate"), ple, h, false)?,
-                projection: Linear::load(ckpt, &format!("{p}.per_layer_projection"), h, ple, false)?,
+                projection: Linear::load(
+                    ckpt,
+                    &format!("{p}.per_layer_projection"),
+                    h,
+                    ple,
+                    false,
+                )?,
                 post_norm: norm(ckpt, &format!("{p}.post_per_layer_input_norm"), h, eps)?,
             }),
             None => None,
@@ -177,7 +205,13 @@ impl DecoderLayer {
                     Some(v_proj) => v_proj.forward(x, exact)?.reshape((n, hkv, d))?,
                     None => raw_k.clone(),
                 };
-                let k = self.attn.k_norm.as_ref().map(|nrm| nrm.forward(&raw_k)).transpose()?.unwrap_or(raw_k);
+                let k = self
+                    .attn
+                    .k_norm
+                    .as_ref()
+                    .map(|nrm| nrm.forward(&raw_k))
+                    .transpose()?
+                    .unwrap_or(raw_k);
                 Some((k, self.attn.v_norm.forward(&raw_v)?))
             }
             None => None,
@@ -186,19 +220,31 @@ impl DecoderLayer {
         let key = (g.kind, d);
         let mut outputs = Vec::with_capacity(rows.len());
         for (r, row) in rows.iter().enumerate() {
-            let (cos, sin) = ropes[r]
-                .get(key)
-                .ok_or_else(|| candle_core::Error::Msg(format!("no rope table for layer {}", self.index)))?;
+            let (cos, sin) = ropes[r].get(key).ok_or_else(|| {
+                candle_core::Error::Msg(format!("no rope table for layer {}", self.index))
+            })?;
             let q = rope::apply(&q_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
             if let Some((k_all, v_all)) = &kv_all {
                 let k = rope::apply(&k_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
                 let v = v_all.narrow(0, row.offset, row.tokens)?;
-                caches[r].append(self.index, k.transpose(0, 1)?.contiguous()?, v.transpose(0, 1)?.contiguous()?)?;
+                caches[r].append(
+                    self.index,
+                    k.transpose(0, 1)?.contiguous()?,
+                    v.transpose(0, 1)?.contiguous()?,
+                )?;
             }
             let kv = caches[r].layer(g.kv_source).ok_or_else(|| {
-                candle_core::Error::Msg(format!("layer {} reads K/V of layer {} before it exists", self.index, g.kv_source))
+                candle_core::Error::Msg(format!(
+                    "layer {} reads K/V of layer {} before it exists",
+                    self.index, g.kv_source
+                ))
             })?;
-            let span = AttentionSpan { query_start: row.position, key_start: kv.start, window: self.window, scale: 1.0 };
+            let span = AttentionSpan {
+                query_start: row.position,
+                key_start: kv.start,
+                window: self.window,
+                scale: 1.0,
+            };
             let out = if exact {
                 exact_attention(&q, &kv.keys, &kv.values, span)?
             } else {
@@ -217,7 +263,9 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan) -> 
     let (hkv, s, _) = k.dims3()?;
     let group = hq / hkv;
     let expand = |x: &Tensor| -> Result<Tensor> {
-        Ok(x.unsqueeze(1)?.expand((hkv, group, s, d))?.reshape((hq, s, d))?)
+        Ok(x.unsqueeze(1)?
+            .expand((hkv, group, s, d))?
+            .reshape((hq, s, d))?)
     };
     let (k, v) = (expand(k)?, expand(v)?);
     let q = q.transpose(0, 1)?.contiguous()?;

@@ -62,7 +62,11 @@ impl Gemma4Model {
         Self::from_checkpoint(cfg, layout, &ckpt)
     }
 
-    pub fn from_checkpoint(cfg: Gemma4TextConfig, layout: CheckpointLayout, ckpt: &Checkpoint) -> Result<Self> {
+    pub fn from_checkpoint(
+        cfg: Gemma4TextConfig,
+        layout: CheckpointLayout,
+        ckpt: &Checkpoint,
+    ) -> Result<Self> {
         let p = layout.text_prefix.clone();
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed = ckpt.tensor(&format!("{p}embed_tokens.weight"), &[v, h])?;
@@ -70,8 +74,17 @@ impl Gemma4Model {
             Some(ple) => {
                 let width = cfg.num_layers * ple;
                 Some(PerLayerEmbedding {
-                    table: ckpt.tensor(&format!("{p}embed_tokens_per_layer.weight"), &[cfg.per_layer_vocab_size, width])?,
-                    model_projection: Linear::load(ckpt, &format!("{p}per_layer_model_projection"), width, h, false)?,
+                    table: ckpt.tensor(
+                        &format!("{p}embed_tokens_per_layer.weight"),
+                        &[cfg.per_layer_vocab_size, width],
+                    )?,
+                    model_projection: Linear::load(
+                        ckpt,
+                        &format!("{p}per_layer_model_projection"),
+                        width,
+                        h,
+                        false,
+                    )?,
                     projection_norm: RmsNorm::new(
                         ckpt.tensor(&format!("{p}per_layer_projection_norm.weight"), &[ple])?,
                         cfg.rms_norm_eps,
@@ -91,13 +104,18 @@ impl Gemma4Model {
                 ropes.push((key, Rope::new(cfg.rope_for(l.kind), l.head_dim)));
             }
         }
-        let final_norm = RmsNorm::new(ckpt.tensor(&format!("{p}norm.weight"), &[h])?, cfg.rms_norm_eps);
+        let final_norm = RmsNorm::new(
+            ckpt.tensor(&format!("{p}norm.weight"), &[h])?,
+            cfg.rms_norm_eps,
+        );
         let lm_head = if ckpt.contains("lm_head.weight") {
             Linear::load(ckpt, "lm_head", v, h, false)?
         } else if cfg.tie_word_embeddings {
             Linear::new(embed.clone(), None)
         } else {
-            return Err(ModelError::MissingTensor { name: "lm_head.weight".into() });
+            return Err(ModelError::MissingTensor {
+                name: "lm_head.weight".into(),
+            });
         };
         Ok(Self {
             embed_scale: (h as f64).sqrt(),
@@ -145,22 +163,37 @@ impl Gemma4Model {
     pub fn forward_block(&self, cache: &mut SequenceCache, tokens: &[u32]) -> Result<Tensor> {
         let mut rows = [BlockInput { cache, tokens }];
         let mut out = self.forward(&mut rows, OutputRows::All)?;
-        out.pop().ok_or_else(|| ModelError::Invalid("forward returned no rows".into()))
+        out.pop()
+            .ok_or_else(|| ModelError::Invalid("forward returned no rows".into()))
     }
 
     /// Prefills a prompt in chunks of at most `chunk` tokens and returns the final-normed
     /// hidden state of its last position `[1, hidden]`.
-    pub fn prefill(&self, cache: &mut SequenceCache, tokens: &[u32], chunk: usize) -> Result<Tensor> {
+    pub fn prefill(
+        &self,
+        cache: &mut SequenceCache,
+        tokens: &[u32],
+        chunk: usize,
+    ) -> Result<Tensor> {
         if tokens.is_empty() {
-            return Err(ModelError::Invalid("prompt_ids: the prompt is empty".into()));
+            return Err(ModelError::Invalid(
+                "prompt_ids: the prompt is empty".into(),
+            ));
         }
         let chunk = chunk.max(1);
         let mut last = None;
         let pieces: Vec<&[u32]> = tokens.chunks(chunk).collect();
         for (i, piece) in pieces.iter().enumerate() {
             let final_piece = i + 1 == pieces.len();
-            let mut rows = [BlockInput { cache: &mut *cache, tokens: piece }];
-            let mode = if final_piece { OutputRows::Last } else { OutputRows::None };
+            let mut rows = [BlockInput {
+                cache: &mut *cache,
+                tokens: piece,
+            }];
+            let mode = if final_piece {
+                OutputRows::Last
+            } else {
+                OutputRows::None
+            };
             last = self.forward(&mut rows, mode)?.pop();
         }
         last.ok_or_else(|| ModelError::Invalid("prefill returned no hidden state".into()))
@@ -173,7 +206,9 @@ impl Gemma4Model {
         let mut ids = Vec::new();
         for (r, row) in rows.iter().enumerate() {
             if row.tokens.is_empty() {
-                return Err(ModelError::Invalid(format!("rows[{r}].tokens: empty block")));
+                return Err(ModelError::Invalid(format!(
+                    "rows[{r}].tokens: empty block"
+                )));
             }
             for (i, &t) in row.tokens.iter().enumerate() {
                 if t as usize >= self.cfg.vocab_size {
@@ -191,7 +226,11 @@ impl Gemma4Model {
                     self.cfg.max_position_embeddings
                 )));
             }
-            slots.push(RowSlot { offset: ids.len(), tokens: row.tokens.len(), position });
+            slots.push(RowSlot {
+                offset: ids.len(),
+                tokens: row.tokens.len(),
+                position,
+            });
             ids.extend_from_slice(row.tokens);
         }
         let max_block = slots.iter().map(|s| s.tokens).max().unwrap_or(0);
@@ -212,16 +251,25 @@ impl Gemma4Model {
                 if output == OutputRows::None {
                     break;
                 }
-                let last_rows: Vec<u32> = slots.iter().map(|s| (s.offset + s.tokens - 1) as u32).collect();
+                let last_rows: Vec<u32> = slots
+                    .iter()
+                    .map(|s| (s.offset + s.tokens - 1) as u32)
+                    .collect();
                 let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
                 h = h.index_select(&idx, 0)?;
-                per_layer_inputs = per_layer_inputs.map(|p| p.index_select(&idx, 0)).transpose()?;
+                per_layer_inputs = per_layer_inputs
+                    .map(|p| p.index_select(&idx, 0))
+                    .transpose()?;
                 for (r, s) in slots.iter_mut().enumerate() {
                     for (_, (cos, sin)) in ropes[r].tables.iter_mut() {
                         *cos = cos.narrow(0, s.tokens - 1, 1)?;
                         *sin = sin.narrow(0, s.tokens - 1, 1)?;
                     }
-                    *s = RowSlot { offset: r, tokens: 1, position: s.position + s.tokens - 1 };
+                    *s = RowSlot {
+                        offset: r,
+                        tokens: 1,
+                        position: s.position + s.tokens - 1,
+                    };
                 }
             }
             let pli = per_layer_inputs
@@ -239,9 +287,15 @@ impl Gemma4Model {
         let h = self.final_norm.forward(&h)?;
         if output == OutputRows::Last && first_shared == self.cfg.num_layers {
             // No KV-shared layers: the rows were never reduced to the last position.
-            return slots.iter().map(|s| Ok(h.narrow(0, s.offset + s.tokens - 1, 1)?)).collect();
+            return slots
+                .iter()
+                .map(|s| Ok(h.narrow(0, s.offset + s.tokens - 1, 1)?))
+                .collect();
         }
-        slots.iter().map(|s| Ok(h.narrow(0, s.offset, s.tokens)?)).collect()
+        slots
+            .iter()
+            .map(|s| Ok(h.narrow(0, s.offset, s.tokens)?))
+            .collect()
     }
 
     /// Logits `[n, vocab]` of final-normed hidden states `[n, hidden]`, softcapped as the
@@ -269,7 +323,9 @@ impl Gemma4Model {
             .range(from, to)?;
         let sliding = match self.cfg.last_kv_producer(LayerKind::Sliding) {
             Some(i) => {
-                let kv = cache.layer(i).ok_or_else(|| ModelError::Invalid("the sequence is empty".into()))?;
+                let kv = cache
+                    .layer(i)
+                    .ok_or_else(|| ModelError::Invalid("the sequence is empty".into()))?;
                 Some(kv.range(from.max(kv.start), to)?)
             }
             None => None,
@@ -289,8 +345,15 @@ impl Gemma4Model {
 
     /// Per-layer inputs `[n, layers, ple]`, combining the token-identity table with the
     /// projection of the main embedding.
-    fn per_layer_inputs(&self, ids: &Tensor, embeds: &Tensor, exact: bool) -> Result<Option<Tensor>> {
-        let Some(ple) = &self.per_layer else { return Ok(None) };
+    fn per_layer_inputs(
+        &self,
+        ids: &Tensor,
+        embeds: &Tensor,
+        exact: bool,
+    ) -> Result<Option<Tensor>> {
+        let Some(ple) = &self.per_layer else {
+            return Ok(None);
+        };
         let n = embeds.dims()[0];
         let layers = self.cfg.num_layers;
         let max_id = ids.max(0)?.to_scalar::<u32>()? as usize;
@@ -302,8 +365,9 @@ impl Gemma4Model {
         }
         let token_part = (ple.table.index_select(ids, 0)? * (ple.width as f64).sqrt())?
             .reshape((n, layers, ple.width))?;
-        let projected = (ple.model_projection.forward(embeds, exact)? * (self.cfg.hidden_size as f64).powf(-0.5))?
-            .reshape((n, layers, ple.width))?;
+        let projected = (ple.model_projection.forward(embeds, exact)?
+            * (self.cfg.hidden_size as f64).powf(-0.5))?
+        .reshape((n, layers, ple.width))?;
         let projected = ple.projection_norm.forward(&projected)?;
         Ok(Some(((projected + token_part)? * 2f64.powf(-0.5))?))
     }
@@ -316,7 +380,9 @@ impl Gemma4Model {
                 let tables = self
                     .ropes
                     .iter()
-                    .map(|(key, rope)| Ok((*key, rope.cos_sin(&positions, self.dtype, &self.device)?)))
+                    .map(|(key, rope)| {
+                        Ok((*key, rope.cos_sin(&positions, self.dtype, &self.device)?))
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(RowRope { tables })
             })

@@ -13,7 +13,10 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(weight: Tensor, eps: f64) -> Self {
-        Self { weight: Some(weight), eps }
+        Self {
+            weight: Some(weight),
+            eps,
+        }
     }
 
     /// The scale-free variant used for values.

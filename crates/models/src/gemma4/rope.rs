@@ -37,7 +37,12 @@ impl Rope {
     }
 
     /// `cos`, `sin` of shape `[positions, head_dim / 2]`.
-    pub fn cos_sin(&self, positions: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
+    pub fn cos_sin(
+        &self,
+        positions: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
