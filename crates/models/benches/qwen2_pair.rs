@@ -1,8 +1,13 @@
 //! Timing of the real Qwen2.5-Coder pair on this machine: one target decode step, a verify
 //! block of K+1 tokens for K = 1..=6, and one drafter step, with the ratios that decide the
 //! speculative speed-up. Run with `cargo bench -p specd-models --bench qwen2_pair`.
-//! `SPECD_BENCH_ABLATIONS=1` also times the target without row-exact matmuls and the drafter
-//! without requantization.
+//!
+//! Each figure is a median of several runs, as wall-clock time and, on Linux, as CPU time of
+//! the calling thread. On a shared machine the wall-clock figures of candle's spinning worker
+//! pool swing widely with other load; with `CANDLE_NUM_THREADS=1` all work runs on the calling
+//! thread and its CPU time measures the compute alone.
+//! `SPECD_BENCH_ABLATIONS=1` also times the target without row-exact matmuls, and the drafter
+//! with them and without requantization.
 
 #[path = "../tests/qwen2_support/mod.rs"]
 mod qwen2_support;
@@ -16,60 +21,104 @@ use specd_models::qwen2::{
 
 const REPEATS: usize = 9;
 
-fn median(mut xs: Vec<Duration>) -> f64 {
-    xs.sort();
-    xs[xs.len() / 2].as_secs_f64() * 1e3
+/// Greedy top-1 agreement of this drafter with this target, measured on code and prose prompts
+/// (shared/reference/models.md); used only for the speed-up estimate.
+const ALPHA: f64 = 0.917;
+
+/// CPU time this thread has run, from the scheduler's statistics (Linux only).
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        stat.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+/// Median wall-clock and thread-CPU milliseconds.
+#[derive(Clone, Copy)]
+struct Timing {
+    wall_ms: f64,
+    cpu_ms: Option<f64>,
+}
+
+impl Timing {
+    fn of(samples: &[(Duration, Option<Duration>)]) -> Self {
+        let median = |mut xs: Vec<Duration>| {
+            xs.sort();
+            xs[xs.len() / 2].as_secs_f64() * 1e3
+        };
+        let cpu: Option<Vec<Duration>> = samples.iter().map(|s| s.1).collect();
+        Self {
+            wall_ms: median(samples.iter().map(|s| s.0).collect()),
+            cpu_ms: cpu.map(median),
+        }
+    }
+
+    fn show(&self) -> String {
+        match self.cpu_ms {
+            Some(cpu) => format!("{:7.1} ms wall {cpu:7.1} ms cpu", self.wall_ms),
+            None => format!("{:7.1} ms wall", self.wall_ms),
+        }
+    }
+
+    /// The ratio to `base`, by CPU time where both have it.
+    fn ratio(&self, base: &Timing) -> f64 {
+        match (self.cpu_ms, base.cpu_ms) {
+            (Some(a), Some(b)) => a / b,
+            _ => self.wall_ms / base.wall_ms,
+        }
+    }
+}
+
+fn timed<R>(f: impl FnOnce() -> R) -> (R, (Duration, Option<Duration>)) {
+    let (cpu0, started) = (thread_cpu(), Instant::now());
+    let r = f();
+    let wall = started.elapsed();
+    let cpu = thread_cpu().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+    (r, (wall, cpu))
 }
 
 fn load(path: &std::path::Path, options: &LoadOptions) -> Qwen2Model {
-    let started = Instant::now();
-    let model = Qwen2Model::load_with(path, &Device::Cpu, options).unwrap();
-    println!(
-        "loaded {} in {:.1} s",
-        path.file_name().unwrap().to_string_lossy(),
-        started.elapsed().as_secs_f64()
-    );
+    let (model, (wall, _)) = timed(|| Qwen2Model::load_with(path, &Device::Cpu, options).unwrap());
+    let name = path.file_name().unwrap().to_string_lossy();
+    println!("loaded {name} in {:.1} s", wall.as_secs_f64());
     model
 }
 
 /// Prefills `prompt` and returns the cache and the greedy next token.
 fn prefill(model: &Qwen2Model, prompt: &[u32]) -> (KvCache, u32) {
     let mut cache = model.new_cache().unwrap();
-    let started = Instant::now();
-    let logits = model.forward_block(prompt, &mut cache).unwrap();
+    let (logits, sample) = timed(|| model.forward_block(prompt, &mut cache).unwrap());
     println!(
-        "  prefill of {} tokens: {:.1} ms",
+        "  prefill of {} tokens: {}",
         prompt.len(),
-        started.elapsed().as_secs_f64() * 1e3
+        Timing::of(&[sample]).show()
     );
     let next = qwen2_support::argmax_rows(&logits)[prompt.len() - 1];
     (cache, next)
 }
 
-/// Median time of a one-token step, decoding greedily.
-fn decode_step_ms(model: &Qwen2Model, cache: &mut KvCache, mut token: u32) -> f64 {
-    let mut times = Vec::new();
+/// A one-token step, decoding greedily.
+fn decode_step(model: &Qwen2Model, cache: &mut KvCache, mut token: u32) -> Timing {
+    let mut samples = Vec::new();
     for _ in 0..REPEATS {
-        let started = Instant::now();
-        let logits = model.forward_block(&[token], cache).unwrap();
-        times.push(started.elapsed());
+        let (logits, sample) = timed(|| model.forward_block(&[token], cache).unwrap());
+        samples.push(sample);
         token = qwen2_support::argmax_rows(&logits)[0];
     }
-    median(times)
+    Timing::of(&samples)
 }
 
-/// Median time of a `len`-token block, rolled back after each run.
-fn block_ms(model: &Qwen2Model, cache: &mut KvCache, len: usize) -> f64 {
-    let block: Vec<u32> = (0..len as u32).map(|i| 1000 + 37 * i).collect();
+/// A `len`-token block, rolled back after each run.
+fn block(model: &Qwen2Model, cache: &mut KvCache, len: usize) -> Timing {
+    let tokens: Vec<u32> = (0..len as u32).map(|i| 1000 + 37 * i).collect();
     let keep = cache.len();
-    let mut times = Vec::new();
+    let mut samples = Vec::new();
     for _ in 0..REPEATS {
-        let started = Instant::now();
-        model.forward_block(&block, cache).unwrap();
-        times.push(started.elapsed());
+        let (_, sample) = timed(|| model.forward_block(&tokens, cache).unwrap());
+        samples.push(sample);
         cache.truncate(keep).unwrap();
     }
-    median(times)
+    Timing::of(&samples)
 }
 
 fn main() {
@@ -82,8 +131,9 @@ fn main() {
     let Some((target_path, drafter_path)) = qwen2_support::real_pair("qwen2_pair bench") else {
         return;
     };
-    let threads = rayon::current_num_threads();
-    println!("Qwen2.5-Coder pair on CPU ({threads} threads), median of {REPEATS} runs");
+    let threads = candle_core::utils::get_num_threads();
+    let pool = candle_core::utils::barrier_pool().n_workers() + 1;
+    println!("Qwen2.5-Coder pair on CPU ({threads} cores, {pool} candle threads), median of {REPEATS} runs");
 
     let gguf = GgufFile::open(&target_path).unwrap();
     let tokenizer = Qwen2Tokenizer::from_gguf_metadata(gguf.metadata()).unwrap();
@@ -95,31 +145,36 @@ fn main() {
         .encode(&template.render(&messages, true).unwrap())
         .unwrap();
 
-    let options = LoadOptions::default();
-    let target = load(&target_path, &options);
-    let drafter = load(&drafter_path, &options);
+    // The target is row-exact (lossless); the drafter takes the fastest kernels.
+    let target = load(&target_path, &LoadOptions::default());
+    let drafter = load(&drafter_path, &LoadOptions::drafter());
 
     let (mut target_cache, next) = prefill(&target, &prompt);
-    let target_step = decode_step_ms(&target, &mut target_cache, next);
+    let target_step = decode_step(&target, &mut target_cache, next);
     let (mut drafter_cache, next) = prefill(&drafter, &prompt);
-    let drafter_step = decode_step_ms(&drafter, &mut drafter_cache, next);
+    let drafter_step = decode_step(&drafter, &mut drafter_cache, next);
 
-    println!("target decode step (1 token):  {target_step:7.1} ms");
+    println!("target decode step (1 token):  {}", target_step.show());
     println!(
-        "drafter decode step (1 token): {drafter_step:7.1} ms   drafter/target = {:.2}",
-        drafter_step / target_step
+        "drafter decode step (1 token): {}   drafter/target = {:.2}",
+        drafter_step.show(),
+        drafter_step.ratio(&target_step)
     );
     println!(
         "target verify block of K+1 tokens (context {} tokens):",
         target_cache.len()
     );
     for k in 1..=6 {
-        let ms = block_ms(&target, &mut target_cache, k + 1);
-        // Speculation pays when K drafter steps plus one verify beat the tokens it yields.
+        let verify = block(&target, &mut target_cache, k + 1);
+        let verify_ratio = verify.ratio(&target_step);
+        // A round costs K drafter steps plus one verify; plain decoding costs one step a token.
+        let round = k as f64 * drafter_step.ratio(&target_step) + verify_ratio;
+        // Expected tokens a round yields: accepted drafts plus the target's own token.
+        let tokens = (1.0 - ALPHA.powi(k as i32 + 1)) / (1.0 - ALPHA);
         println!(
-            "  K={k}: {ms:7.1} ms   verify/step = {:.2}   (K drafter steps + verify) / step = {:.2}",
-            ms / target_step,
-            (k as f64 * drafter_step + ms) / target_step
+            "  K={k}: {}   verify/step = {verify_ratio:.2}   round/step = {round:.2}   est. speed-up at alpha {ALPHA} = {:.2}",
+            verify.show(),
+            tokens / round
         );
     }
 
@@ -131,16 +186,35 @@ fn main() {
         };
         let target = load(&target_path, &plain);
         let (mut cache, next) = prefill(&target, &prompt);
-        let step = decode_step_ms(&target, &mut cache, next);
-        println!("target decode step without row-exact matmuls: {step:7.1} ms (row-exact: {target_step:.1} ms)");
+        let step = decode_step(&target, &mut cache, next);
+        println!(
+            "target decode step without row-exact matmuls: {}",
+            step.show()
+        );
+        let verify = block(&target, &mut cache, 4);
+        println!(
+            "target verify of 4 tokens without row-exact matmuls: {}",
+            verify.show()
+        );
         drop(target);
+        let exact = load(&drafter_path, &LoadOptions::default());
+        let (mut cache, next) = prefill(&exact, &prompt);
+        let step = decode_step(&exact, &mut cache, next);
+        println!(
+            "drafter decode step with row-exact matmuls: {}",
+            step.show()
+        );
+        drop(exact);
         let slow = LoadOptions {
             requantize_slow_formats: false,
-            ..LoadOptions::default()
+            ..LoadOptions::drafter()
         };
         let drafter = load(&drafter_path, &slow);
         let (mut cache, next) = prefill(&drafter, &prompt);
-        let step = decode_step_ms(&drafter, &mut cache, next);
-        println!("drafter decode step with Q5_0 kept:           {step:7.1} ms (Q8_0: {drafter_step:.1} ms)");
+        let step = decode_step(&drafter, &mut cache, next);
+        println!(
+            "drafter decode step with Q5_0 kept (scalar kernel): {}",
+            step.show()
+        );
     }
 }

@@ -40,7 +40,10 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
             }
             let path = dir.join(shard);
             if !path.exists() {
-                return Err(ModelError::io(&path, std::io::Error::from(std::io::ErrorKind::NotFound)));
+                return Err(ModelError::io(
+                    &path,
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
             }
             files.push(path);
         }
@@ -50,7 +53,13 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     if single.exists() {
         return Ok(vec![single]);
     }
-    Err(ModelError::io(&single, std::io::Error::new(std::io::ErrorKind::NotFound, "no model.safetensors or model.safetensors.index.json")))
+    Err(ModelError::io(
+        &single,
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no model.safetensors or model.safetensors.index.json",
+        ),
+    ))
 }
 
 impl Checkpoint {
@@ -60,7 +69,11 @@ impl Checkpoint {
         // SAFETY: the files are mapped read-only; like every mmap-based loader we rely on them
         // not being truncated while the process runs.
         let files = unsafe { MmapedSafetensors::multi(&files)? };
-        Ok(Self { files, dtype, device: device.clone() })
+        Ok(Self {
+            files,
+            dtype,
+            device: device.clone(),
+        })
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -68,7 +81,12 @@ impl Checkpoint {
     }
 
     pub fn shape_of(&self, name: &str) -> Result<Vec<usize>> {
-        let view = self.files.get(name).map_err(|_| ModelError::MissingTensor { name: name.to_string() })?;
+        let view = self
+            .files
+            .get(name)
+            .map_err(|_| ModelError::MissingTensor {
+                name: name.to_string(),
+            })?;
         Ok(view.shape().to_vec())
     }
 
@@ -81,7 +99,11 @@ impl Checkpoint {
     pub fn tensor_as(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let found = self.shape_of(name)?;
         if found != shape {
-            return Err(ModelError::ShapeMismatch { name: name.to_string(), expected: shape.to_vec(), found });
+            return Err(ModelError::ShapeMismatch {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found,
+            });
         }
         let t = self.files.load(name, &Device::Cpu)?;
         Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
@@ -92,6 +114,33 @@ impl Checkpoint {
         self.shape_of(name)?;
         let t = self.files.load(name, &Device::Cpu)?;
         Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
+    }
+
+    /// Row `index` of the 2-D tensor `name` as `[1, width]` in the compute dtype, read from the
+    /// mapped file without loading the rest of the tensor.
+    pub(crate) fn row(&self, name: &str, index: usize) -> Result<Tensor> {
+        let view = self
+            .files
+            .get(name)
+            .map_err(|_| ModelError::MissingTensor {
+                name: name.to_string(),
+            })?;
+        let &[rows, width] = view.shape() else {
+            return Err(ModelError::Invalid(format!(
+                "tensor {name}: expected 2 dimensions, found {:?}",
+                view.shape()
+            )));
+        };
+        if index >= rows {
+            return Err(ModelError::Invalid(format!(
+                "tensor {name}: row {index} is not below {rows}"
+            )));
+        }
+        let dtype = DType::try_from(view.dtype())?;
+        let bytes = width * dtype.size_in_bytes();
+        let data = &view.data()[index * bytes..(index + 1) * bytes];
+        let t = Tensor::from_raw_buffer(data, dtype, &[1, width], &Device::Cpu)?;
+        Ok(t.to_dtype(self.dtype)?.to_device(&self.device)?)
     }
 
     pub fn dtype(&self) -> DType {

@@ -11,9 +11,16 @@ pub enum ModelError {
     #[error("tensor {name}: missing from the checkpoint")]
     MissingTensor { name: String },
     #[error("tensor {name}: expected shape {expected:?}, found {found:?}")]
-    ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -22,11 +29,17 @@ pub enum ModelError {
 
 impl ModelError {
     pub fn config(field: &str, message: impl Into<String>) -> Self {
-        Self::Config { field: field.to_string(), message: message.into() }
+        Self::Config {
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
 
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.display().to_string(), source }
+        Self::Io {
+            path: path.display().to_string(),
+            source,
+        }
     }
 }
 

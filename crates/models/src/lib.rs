@@ -4,6 +4,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod exact;
 pub mod gemma4;
+pub mod gemma4_assistant;
 pub mod linear;
 pub mod qwen2;
 

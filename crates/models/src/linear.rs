@@ -25,7 +25,11 @@ impl Linear {
     /// Loads `{name}.weight` of shape `[out, in]` and, with `bias`, `{name}.bias`.
     pub fn load(ckpt: &Checkpoint, name: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
         let weight = ckpt.tensor(&format!("{name}.weight"), &[out, inp])?;
-        let bias = if bias { Some(ckpt.tensor(&format!("{name}.bias"), &[out])?) } else { None };
+        let bias = if bias {
+            Some(ckpt.tensor(&format!("{name}.bias"), &[out])?)
+        } else {
+            None
+        };
         Ok(Self { weight, bias })
     }
 
@@ -35,7 +39,11 @@ impl Linear {
 
     /// `x [n, in]` to `[n, out]`.
     pub fn forward(&self, x: &Tensor, exact: bool) -> Result<Tensor> {
-        let y = if exact { exact_linear(x, &self.weight)? } else { x.matmul(&self.weight.t()?)? };
+        let y = if exact {
+            exact_linear(x, &self.weight)?
+        } else {
+            x.matmul(&self.weight.t()?)?
+        };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,

@@ -6,7 +6,9 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::{fixture_dir, reference, u32s};
-use specd_models::gemma4::{BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK};
+use specd_models::gemma4::{
+    BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK,
+};
 
 fn load(name: &str) -> Gemma4Model {
     Gemma4Model::load(&fixture_dir(name), DType::F32, &Device::Cpu).unwrap()
@@ -17,12 +19,19 @@ fn rows(t: &Tensor) -> Vec<Vec<f32>> {
 }
 
 fn prompts(name: &str) -> Vec<Vec<u32>> {
-    reference(name)["prompts"].as_array().unwrap().iter().map(|p| u32s(&p["prompt_ids"])).collect()
+    reference(name)["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u32s(&p["prompt_ids"]))
+        .collect()
 }
 
 fn prefilled(model: &Gemma4Model, prompt: &[u32]) -> SequenceCache {
     let mut cache = model.new_cache(16);
-    model.prefill(&mut cache, prompt, DEFAULT_PREFILL_CHUNK).unwrap();
+    model
+        .prefill(&mut cache, prompt, DEFAULT_PREFILL_CHUNK)
+        .unwrap();
     cache
 }
 
@@ -52,11 +61,25 @@ fn block_forward_equals_one_token_steps_bit_for_bit() {
                 let mut step_cache = prefilled(&model, &prompt);
                 for (i, &t) in block.iter().enumerate() {
                     let step_hidden = rows(&model.forward_block(&mut step_cache, &[t]).unwrap());
-                    assert_eq!(step_hidden[0], block_hidden[i], "{name} bs {bs}: position {i} differs");
+                    assert_eq!(
+                        step_hidden[0], block_hidden[i],
+                        "{name} bs {bs}: position {i} differs"
+                    );
                 }
-                let block_logits = rows(&model.logits(&model.forward_block(&mut block_cache, &[5]).unwrap()).unwrap());
-                let step_logits = rows(&model.logits(&model.forward_block(&mut step_cache, &[5]).unwrap()).unwrap());
-                assert_eq!(block_logits, step_logits, "{name} bs {bs}: the next step differs");
+                let block_logits = rows(
+                    &model
+                        .logits(&model.forward_block(&mut block_cache, &[5]).unwrap())
+                        .unwrap(),
+                );
+                let step_logits = rows(
+                    &model
+                        .logits(&model.forward_block(&mut step_cache, &[5]).unwrap())
+                        .unwrap(),
+                );
+                assert_eq!(
+                    block_logits, step_logits,
+                    "{name} bs {bs}: the next step differs"
+                );
             }
         }
     }
@@ -68,7 +91,10 @@ fn rollback_equals_never_having_gone_ahead_across_the_window_wrap() {
     let window = model.config().sliding_window;
     let vocab = model.config().vocab_size;
     let prompt = &prompts("target-full")[2];
-    assert!(prompt.len() > window, "the long prompt must wrap the sliding window");
+    assert!(
+        prompt.len() > window,
+        "the long prompt must wrap the sliding window"
+    );
     let real = tokens(7, 40, vocab);
     let mut clean = prefilled(&model, prompt);
     let mut rolled = prefilled(&model, prompt);
@@ -82,7 +108,12 @@ fn rollback_equals_never_having_gone_ahead_across_the_window_wrap() {
         rolled.truncate(before).unwrap();
         let a = rows(&model.forward_block(&mut clean, &real[i..i + 1]).unwrap());
         let b = rows(&model.forward_block(&mut rolled, &real[i..i + 1]).unwrap());
-        assert_eq!(a, b, "token {i} after a rollback of {} differs", rejected.len());
+        assert_eq!(
+            a,
+            b,
+            "token {i} after a rollback of {} differs",
+            rejected.len()
+        );
         assert_eq!(clean.len(), rolled.len());
         i += 1;
         round += 1;
@@ -118,7 +149,9 @@ fn rollback_beyond_the_slack_after_a_wrap_is_refused() {
     let model = load("target-full");
     let prompt = &prompts("target-full")[2];
     let mut cache = prefilled(&model, prompt);
-    model.forward_block(&mut cache, &tokens(1, 12, model.config().vocab_size)).unwrap();
+    model
+        .forward_block(&mut cache, &tokens(1, 12, model.config().vocab_size))
+        .unwrap();
     let err = cache.truncate(cache.len() - 17).unwrap_err().to_string();
     assert!(err.contains("roll back"), "{err}");
     // Within the slack it works.
@@ -131,8 +164,13 @@ fn batched_forward_equals_each_row_alone() {
         let model = load(name);
         let vocab = model.config().vocab_size;
         let ps = prompts(name);
-        let blocks: Vec<Vec<u32>> = [3usize, 1, 8].iter().enumerate().map(|(i, &n)| tokens(i as u32 + 40, n, vocab)).collect();
-        let mut batch_caches: Vec<SequenceCache> = ps.iter().map(|p| prefilled(&model, p)).collect();
+        let blocks: Vec<Vec<u32>> = [3usize, 1, 8]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| tokens(i as u32 + 40, n, vocab))
+            .collect();
+        let mut batch_caches: Vec<SequenceCache> =
+            ps.iter().map(|p| prefilled(&model, p)).collect();
         let batched = {
             let mut inputs: Vec<BlockInput<'_>> = batch_caches
                 .iter_mut()
@@ -144,7 +182,11 @@ fn batched_forward_equals_each_row_alone() {
         for (r, p) in ps.iter().enumerate() {
             let mut alone = prefilled(&model, p);
             let solo = rows(&model.forward_block(&mut alone, &blocks[r]).unwrap());
-            assert_eq!(rows(&batched[r]), solo, "{name} row {r} differs from the row alone");
+            assert_eq!(
+                rows(&batched[r]),
+                solo,
+                "{name} row {r} differs from the row alone"
+            );
             assert_eq!(alone.len(), batch_caches[r].len());
         }
         // The caches a batch leaves behind are the caches each row leaves alone.
@@ -187,8 +229,18 @@ fn shared_kv_matches_what_transformers_hands_the_assistant() {
             for r in 0..held {
                 let pos = sliding.start + r;
                 let want = &want_k[(h * rows_held + pos) * d..(h * rows_held + pos + 1) * d];
-                let got: Vec<f32> = sliding.keys.get(h).unwrap().get(r).unwrap().to_vec1().unwrap();
-                assert!(common::max_abs_diff(&got, want) < 1e-5, "sliding K head {h} position {pos}");
+                let got: Vec<f32> = sliding
+                    .keys
+                    .get(h)
+                    .unwrap()
+                    .get(r)
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                assert!(
+                    common::max_abs_diff(&got, want) < 1e-5,
+                    "sliding K head {h} position {pos}"
+                );
             }
         }
     }

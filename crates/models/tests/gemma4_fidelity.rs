@@ -7,7 +7,12 @@ use candle_core::{DType, Device, Tensor};
 use common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
-const TARGETS: [&str; 4] = ["target-full", "target-nople", "target-multimodal", "target-sharded-bf16"];
+const TARGETS: [&str; 4] = [
+    "target-full",
+    "target-nople",
+    "target-multimodal",
+    "target-sharded-bf16",
+];
 const LOGIT_TOLERANCE: f32 = 1e-4;
 
 fn load(name: &str) -> Gemma4Model {
@@ -26,7 +31,9 @@ fn last_position_logits_match_transformers() {
         for prompt in reference["prompts"].as_array().unwrap() {
             let ids = u32s(&prompt["prompt_ids"]);
             let mut cache = model.new_cache(16);
-            let hidden = model.prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK).unwrap();
+            let hidden = model
+                .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+                .unwrap();
             let ours = row(&hidden, 0);
             let want_hidden = f32s(&prompt["final_hidden_last"]);
             let logits = row(&model.logits(&hidden).unwrap(), 0);
@@ -58,7 +65,10 @@ fn every_prompt_position_matches_transformers() {
         let logits = model.logits(&hidden).unwrap();
         for (pos, want) in prompt["all_logits"].as_array().unwrap().iter().enumerate() {
             let diff = max_abs_diff(&row(&logits, pos), &f32s(want));
-            assert!(diff < LOGIT_TOLERANCE, "{name} position {pos}: logits differ by {diff}");
+            assert!(
+                diff < LOGIT_TOLERANCE,
+                "{name} position {pos}: logits differ by {diff}"
+            );
         }
     }
 }
@@ -73,7 +83,9 @@ fn greedy_continuations_match_transformers() {
             let want = u32s(&prompt["greedy"]);
             assert!(want.len() >= 64);
             let mut cache = model.new_cache(16);
-            let hidden = model.prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK).unwrap();
+            let hidden = model
+                .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+                .unwrap();
             let mut next = argmax(&row(&model.logits(&hidden).unwrap(), 0));
             let mut got = vec![next];
             while got.len() < want.len() {
@@ -81,7 +93,11 @@ fn greedy_continuations_match_transformers() {
                 next = argmax(&row(&model.logits(&hidden).unwrap(), 0));
                 got.push(next);
             }
-            assert_eq!(got, want, "{name} {}: greedy continuation differs", prompt["name"]);
+            assert_eq!(
+                got, want,
+                "{name} {}: greedy continuation differs",
+                prompt["name"]
+            );
         }
     }
 }
@@ -95,8 +111,14 @@ fn chunked_prefill_matches_one_forward() {
     for chunk in [1, 3, 5, 8, 100] {
         let mut cache = model.new_cache(16);
         let hidden = model.prefill(&mut cache, &ids, chunk).unwrap();
-        let diff = max_abs_diff(&row(&model.logits(&hidden).unwrap(), 0), &f32s(&long["last_logits"]));
-        assert!(diff < LOGIT_TOLERANCE, "chunk {chunk}: logits differ by {diff}");
+        let diff = max_abs_diff(
+            &row(&model.logits(&hidden).unwrap(), 0),
+            &f32s(&long["last_logits"]),
+        );
+        assert!(
+            diff < LOGIT_TOLERANCE,
+            "chunk {chunk}: logits differ by {diff}"
+        );
         assert_eq!(cache.len(), ids.len());
     }
 }

@@ -134,9 +134,7 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     else {
         return;
     };
-    let t0 = std::time::Instant::now();
     let model = Qwen2Model::load(&target, &Device::Cpu).unwrap();
-    eprintln!("load {:?}", t0.elapsed());
     let tok = tokenizer(&target);
     let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n";
     let prompt_ids = tok.encode(prompt).unwrap();
@@ -144,7 +142,6 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     // Greedy decoding one token at a time after a prefill block.
     let mut cache = model.new_cache().unwrap();
     let prefill = model.forward_block(&prompt_ids, &mut cache).unwrap();
-    eprintln!("prefill {:?}", t0.elapsed());
     let mut step_logits = vec![prefill.narrow(0, prompt_ids.len() - 1, 1).unwrap()];
     let mut generated = vec![argmax_rows(&step_logits[0])[0]];
     while generated.len() < 16 {
@@ -154,7 +151,6 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
         generated.push(argmax_rows(&logits)[0]);
         step_logits.push(logits);
     }
-    eprintln!("steps {:?}", t0.elapsed());
     let text = tok.decode(&generated, false).unwrap();
     eprintln!("greedy continuation: {text:?}");
     assert!(
@@ -173,7 +169,6 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     let block = model
         .forward_block(&block_tokens, &mut block_cache)
         .unwrap();
-    eprintln!("block {:?}", t0.elapsed());
     let steps = Tensor::cat(&step_logits, 0).unwrap();
     assert_eq!(
         argmax_rows(&block),

@@ -394,9 +394,15 @@ fn cache_grows_past_its_initial_capacity() {
     let tokens = Rng::new(8).tokens(300, spec.vocab);
     let mut cache = model.new_cache().unwrap();
     let initial = cache.capacity();
+    let bytes = cache.allocated_bytes();
+    assert_eq!(
+        bytes,
+        2 * spec.layers * spec.kv_heads * initial * spec.head_dim() * 4
+    );
     let first = model.forward_block(&tokens[..250], &mut cache).unwrap();
     let second = model.forward_block(&tokens[250..], &mut cache).unwrap();
     assert!(cache.capacity() > initial, "cache did not grow");
+    assert!(cache.allocated_bytes() > bytes);
     let mut whole_cache = model.new_cache().unwrap();
     let whole = model.forward_block(&tokens, &mut whole_cache).unwrap();
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The `specd` command line.
 
 mod device;
+mod draft;
 mod generate;
 mod text;
 
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Generate from a prompt in this process (embedded mode).
     Generate(generate::GenerateArgs),
+    /// Prefill with the target, then draft one block with a Gemma 4 assistant.
+    Draft(draft::DraftArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +37,6 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Draft(args) => draft::run(args),
     }
 }

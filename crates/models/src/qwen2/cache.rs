@@ -77,6 +77,15 @@ impl KvCache {
         self.capacity
     }
 
+    /// Bytes held by the K and V buffers (their capacity, not just the valid positions).
+    pub fn allocated_bytes(&self) -> usize {
+        2 * self.layers.len()
+            * self.kv_heads
+            * self.capacity
+            * self.head_dim
+            * std::mem::size_of::<f32>()
+    }
+
     /// Keeps the first `len` positions and forgets the rest (rollback after a rejection).
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         if len > self.len {

@@ -44,11 +44,7 @@ impl Qwen2Config {
             num_layers: meta_usize(metadata, &key("block_count"))?,
             num_heads,
             num_kv_heads,
-            head_dim: if num_heads == 0 {
-                0
-            } else {
-                hidden_size / num_heads
-            },
+            head_dim: hidden_size.checked_div(num_heads).unwrap_or(0),
             rms_norm_eps: meta_f64(metadata, &key("attention.layer_norm_rms_epsilon"))?,
             rope_theta: meta_f64_or(metadata, &key("rope.freq_base"), 10_000.0)?,
             context_length: meta_usize(metadata, &key("context_length"))?,
@@ -72,7 +68,7 @@ impl Qwen2Config {
                 return Err(Qwen2Error::field(&key(name), "must be positive"));
             }
         }
-        if self.hidden_size % self.num_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_heads) {
             return Err(Qwen2Error::field(
                 &key("attention.head_count"),
                 format!(
@@ -81,7 +77,7 @@ impl Qwen2Config {
                 ),
             ));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(Qwen2Error::field(
                 &key("attention.head_count_kv"),
                 format!(
@@ -90,7 +86,7 @@ impl Qwen2Config {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(Qwen2Error::field(
                 &key("attention.head_count"),
                 format!(

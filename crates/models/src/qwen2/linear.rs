@@ -9,9 +9,10 @@
 //! layer whose single-row result differs from its result inside a block runs single rows as
 //! a block of two, and, failing that, runs every row on its own.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::error::Result;
@@ -28,9 +29,11 @@ pub enum RowMode {
     EachRowAlone,
 }
 
+const PROBE_ROWS: usize = 128;
+
 /// Block sizes a row is probed in: they reach candle's single-row, tiled and leftover-row
-/// kernels (tiles of 4 on aarch64, of up to 16 rows on x86).
-const PROBE_BLOCKS: [usize; 3] = [3, 6, 19];
+/// kernels (tiles of 4 rows on aarch64, of up to 16 on x86, AMX from 32 rows on Intel).
+const PROBE_BLOCKS: [usize; 4] = [3, 6, 19, 33];
 
 /// Probe results shared by the layers of one model: the kernel choice depends only on the
 /// format and the shape, so one probe per (format, rows, columns) suffices.
@@ -47,22 +50,22 @@ impl RowModeProbe {
         }
     }
 
-    fn mode_for(
-        &mut self,
-        name: &str,
-        weight: &QMatMul,
-        dtype: GgmlDType,
-        dims: (usize, usize),
-        device: &Device,
-    ) -> Result<RowMode> {
+    fn mode_for(&mut self, name: &str, weight: &QTensor) -> Result<RowMode> {
+        let device = weight.device();
         if !self.enabled || !device.is_cpu() {
             return Ok(RowMode::Direct);
         }
-        let key = (dtype, dims.0, dims.1);
+        let (out_features, in_features) = weight.shape().dims2()?;
+        let key = (weight.dtype(), out_features, in_features);
         if let Some(mode) = self.modes.get(&key) {
             return Ok(*mode);
         }
-        let mode = probe(weight, dims.1, device)?;
+        let mode = probe(
+            &QMatMul::from_qtensor(probe_slice(weight)?)?,
+            in_features,
+            &device,
+        )?;
+        let dtype = weight.dtype();
         match mode {
             RowMode::Direct => tracing::debug!(tensor = name, ?dtype, "row-invariant kernel"),
             _ => tracing::info!(
@@ -75,6 +78,28 @@ impl RowModeProbe {
         self.modes.insert(key, mode);
         Ok(mode)
     }
+}
+
+/// The first rows of a large weight, enough to probe its kernels cheaply. The row count keeps
+/// the original's residue modulo 128, so divisibility-based kernel choices stay the same.
+fn probe_slice(weight: &QTensor) -> Result<QTensor> {
+    let (out_features, in_features) = weight.shape().dims2()?;
+    let rows = PROBE_ROWS + out_features % PROBE_ROWS;
+    let dtype = weight.dtype();
+    let row_bytes = in_features / dtype.block_size() * dtype.type_size();
+    let data = weight.data()?;
+    if rows >= out_features || data.len() != out_features * row_bytes {
+        return Ok(QTensor::new(
+            QStorage::from_data(data, &weight.device(), dtype)?,
+            (out_features, in_features),
+        )?);
+    }
+    let storage = QStorage::from_data(
+        Cow::Borrowed(&data[..rows * row_bytes]),
+        &weight.device(),
+        dtype,
+    )?;
+    Ok(QTensor::new(storage, (rows, in_features))?)
 }
 
 /// Finds the first mode under which one row multiplied alone gives the same bits as the same
@@ -167,7 +192,6 @@ impl QLinear {
         bias: Option<Tensor>,
         probe: &mut RowModeProbe,
     ) -> Result<Self> {
-        let (out_features, in_features) = weight.shape().dims2()?;
         let dtype = weight.dtype();
         let device = weight.device();
         let weight = if matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) {
@@ -180,10 +204,11 @@ impl QLinear {
                 exact: probe.enabled && device.is_cpu(),
             }
         } else {
-            let matmul = QMatMul::from_qtensor(weight)?;
-            let row_mode =
-                probe.mode_for(name, &matmul, dtype, (out_features, in_features), &device)?;
-            Weight::Quantized { matmul, row_mode }
+            let row_mode = probe.mode_for(name, &weight)?;
+            Weight::Quantized {
+                matmul: QMatMul::from_qtensor(weight)?,
+                row_mode,
+            }
         };
         Ok(Self { weight, bias })
     }

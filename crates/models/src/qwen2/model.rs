@@ -27,6 +27,21 @@ pub struct LoadOptions {
     pub row_invariant_matmul: bool,
     /// On CPU, use the fixed-order attention kernel instead of masked matmuls.
     pub exact_cpu_attention: bool,
+    /// Run two tokens through the model at load time. candle repacks quantized weights for
+    /// its CPU kernels on first use (seconds for a 1.5B model); this moves that cost from the
+    /// first request into loading.
+    pub warm_up: bool,
+}
+
+impl LoadOptions {
+    /// For a drafter: its proposals never decide the output, so its rows need not be
+    /// bit-identical across block shapes, and single-token steps may take the fastest kernel.
+    pub fn drafter() -> Self {
+        Self {
+            row_invariant_matmul: false,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -35,6 +50,7 @@ impl Default for LoadOptions {
             requantize_slow_formats: true,
             row_invariant_matmul: true,
             exact_cpu_attention: true,
+            warm_up: true,
         }
     }
 }
@@ -115,16 +131,8 @@ impl Qwen2Model {
             };
             QLinear::new(name, weight, None, &mut ctx.probe)?
         };
-        tracing::info!(
-            path = %ctx.gguf.path().display(),
-            layers = config.num_layers,
-            hidden,
-            vocab_size,
-            requantized_to_q8_0 = ctx.requantized,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "loaded Qwen2 GGUF"
-        );
-        Ok(Self {
+        let (path, requantized) = (ctx.gguf.path().to_path_buf(), ctx.requantized);
+        let model = Self {
             rope: RotaryEmbedding::new(config.head_dim, config.rope_theta),
             config,
             embedding,
@@ -133,7 +141,25 @@ impl Qwen2Model {
             lm_head,
             device: device.clone(),
             exact_cpu_attention: options.exact_cpu_attention,
-        })
+        };
+        if options.warm_up {
+            // One block of two and one single token reach both the block and the single-row
+            // kernels.
+            let mut cache = model.new_cache()?;
+            model.forward_block(&[0, 0], &mut cache)?;
+            model.forward_block(&[0], &mut cache)?;
+        }
+        tracing::info!(
+            path = %path.display(),
+            layers = model.config.num_layers,
+            hidden,
+            warmed_up = options.warm_up,
+            vocab_size,
+            requantized_to_q8_0 = requantized,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded Qwen2 GGUF"
+        );
+        Ok(model)
     }
 
     pub fn config(&self) -> &Qwen2Config {

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 pub fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma4").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gemma4")
+        .join(name)
 }
 
 pub fn reference(name: &str) -> Value {
@@ -16,16 +18,27 @@ pub fn reference(name: &str) -> Value {
 }
 
 pub fn f32s(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 pub fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 pub fn argmax(v: &[f32]) -> u32 {
@@ -59,7 +72,8 @@ pub mod tempdir {
         pub fn new(tag: &str) -> Self {
             static COUNTER: AtomicUsize = AtomicUsize::new(0);
             let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-            let path = std::env::temp_dir().join(format!("specd-test-{}-{tag}-{n}", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("specd-test-{}-{tag}-{n}", std::process::id()));
             std::fs::create_dir_all(&path).unwrap();
             Self(path)
         }

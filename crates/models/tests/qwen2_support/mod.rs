@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};
@@ -30,7 +31,9 @@ pub fn real_pair(test: &str) -> Option<(PathBuf, PathBuf)> {
     if target.is_file() && drafter.is_file() {
         return Some((target, drafter));
     }
-    eprintln!(
+    // Straight to the stderr handle: the test harness captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
          SKIPPED {test}: real Qwen pair not found in {}, run tools/fetch_qwen_pair.sh\n\
          !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n",

@@ -1,0 +1,143 @@
+//! One assistant decoder layer: a Gemma 4 layer whose attention has only a query projection
+//! and reads the target's K/V of its layer kind.
+
+use candle_core::{DType, Tensor, D};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::Result;
+use crate::exact::{exact_attention, AttentionSpan};
+use crate::gemma4::norm::RmsNorm;
+use crate::gemma4::rope;
+use crate::gemma4::{Gemma4TextConfig, LayerGeometry, LayerKind};
+use crate::linear::Linear;
+
+/// The target K/V rows one layer's query attends to: every row it may see and no other,
+/// `[kv_heads, rows, head_dim]`, the last row being the query's own position.
+pub struct VisibleKv {
+    pub keys: Tensor,
+    pub values: Tensor,
+    /// Position of the first visible row.
+    pub start: usize,
+}
+
+pub struct AssistantLayer {
+    geometry: LayerGeometry,
+    num_heads: usize,
+    q_proj: Linear,
+    q_norm: RmsNorm,
+    o_proj: Linear,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    input_norm: RmsNorm,
+    post_attention_norm: RmsNorm,
+    pre_feedforward_norm: RmsNorm,
+    post_feedforward_norm: RmsNorm,
+    layer_scalar: Tensor,
+}
+
+fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
+    Ok(RmsNorm::new(
+        ckpt.tensor(&format!("{name}.weight"), &[dim])?,
+        eps,
+    ))
+}
+
+impl AssistantLayer {
+    pub fn load(ckpt: &Checkpoint, cfg: &Gemma4TextConfig, index: usize) -> Result<Self> {
+        let g = cfg.layers[index].clone();
+        let p = format!("model.layers.{index}");
+        let (h, eps, bias) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.attention_bias);
+        let q_width = cfg.num_heads * g.head_dim;
+        let inter = cfg.intermediate_size;
+        let scalar_name = format!("{p}.layer_scalar");
+        let layer_scalar = if ckpt.contains(&scalar_name) {
+            ckpt.tensor(&scalar_name, &[1])?
+        } else {
+            Tensor::ones(1, ckpt.dtype(), ckpt.device())?
+        };
+        Ok(Self {
+            num_heads: cfg.num_heads,
+            q_proj: Linear::load(ckpt, &format!("{p}.self_attn.q_proj"), q_width, h, bias)?,
+            q_norm: norm(ckpt, &format!("{p}.self_attn.q_norm"), g.head_dim, eps)?,
+            o_proj: Linear::load(ckpt, &format!("{p}.self_attn.o_proj"), h, q_width, bias)?,
+            gate_proj: Linear::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
+            up_proj: Linear::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
+            down_proj: Linear::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
+            input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
+            post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
+            pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,
+            post_feedforward_norm: norm(ckpt, &format!("{p}.post_feedforward_layernorm"), h, eps)?,
+            layer_scalar,
+            geometry: g,
+        })
+    }
+
+    pub fn kind(&self) -> LayerKind {
+        self.geometry.kind
+    }
+
+    pub fn geometry(&self) -> &LayerGeometry {
+        &self.geometry
+    }
+
+    /// Runs the layer on one row `x [1, hidden]` whose query sits at `position`, with the RoPE
+    /// table `(cos, sin)` of that position for this layer's head dim.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope_table: &(Tensor, Tensor),
+        kv: &VisibleKv,
+        exact: bool,
+    ) -> Result<Tensor> {
+        let attn = self.attention(&self.input_norm.forward(x)?, rope_table, kv, exact)?;
+        let x = (x + self.post_attention_norm.forward(&attn)?)?;
+
+        let h = self.pre_feedforward_norm.forward(&x)?;
+        let gate = self.gate_proj.forward(&h, exact)?.gelu()?;
+        let up = self.up_proj.forward(&h, exact)?;
+        let mlp = self.down_proj.forward(&(gate * up)?, exact)?;
+        let x = (x + self.post_feedforward_norm.forward(&mlp)?)?;
+        Ok(x.broadcast_mul(&self.layer_scalar)?)
+    }
+
+    fn attention(
+        &self,
+        x: &Tensor,
+        (cos, sin): &(Tensor, Tensor),
+        kv: &VisibleKv,
+        exact: bool,
+    ) -> Result<Tensor> {
+        let (hq, d) = (self.num_heads, self.geometry.head_dim);
+        let q = self.q_proj.forward(x, exact)?.reshape((1, hq, d))?;
+        let q = rope::apply(&self.q_norm.forward(&q)?, cos, sin)?;
+        let rows = kv.keys.dims()[1];
+        let out = if exact {
+            // The query sits at the last visible position, so a causal span over exactly the
+            // visible rows admits them all.
+            let span = AttentionSpan {
+                query_start: kv.start + rows - 1,
+                key_start: kv.start,
+                window: None,
+                scale: 1.0,
+            };
+            exact_attention(&q, &kv.keys, &kv.values, span)?
+        } else {
+            attend_all(&q, &kv.keys, &kv.values)?
+        };
+        self.o_proj.forward(&out.reshape((1, hq * d))?, exact)
+    }
+}
+
+/// One query `[1, hq, d]` over every row of `k`, `v` `[hkv, s, d]` with candle's matmuls
+/// (GPUs, half precision); softmax in f32, scale 1.
+fn attend_all(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let (_, hq, d) = q.dims3()?;
+    let hkv = k.dims()[0];
+    let group = hq / hkv;
+    // [hkv, group, d] against [hkv, d, s]: each KV head serves its group of query heads.
+    let q = q.squeeze(0)?.reshape((hkv, group, d))?;
+    let scores = q.matmul(&k.t()?)?.to_dtype(DType::F32)?;
+    let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(v.dtype())?;
+    Ok(probs.matmul(v)?.reshape((1, hq, d))?)
+}

@@ -1,0 +1,94 @@
+//! `specd draft` as a user runs it, against transformers' first token and draft block.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4")
+        .join(name)
+}
+
+fn reference(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap())
+        .unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+fn join(ids: &[u64]) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn draft(target: &str, drafter: &str, prompt_ids: &str, steps: usize) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["draft", "--target"])
+        .arg(fixture(target))
+        .arg("--drafter")
+        .arg(fixture(drafter))
+        .args([
+            "--prompt-ids",
+            prompt_ids,
+            "--steps",
+            &steps.to_string(),
+            "--json",
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn draft_json_equals_transformers_first_token_and_drafts() {
+    for drafter in ["assistant-dense", "assistant-centroid", "assistant-nople"] {
+        let reference = reference(drafter);
+        let target = reference["target"].as_str().unwrap();
+        for prompt in reference["prompts"].as_array().unwrap() {
+            for steps in [3, 7] {
+                let out = draft(target, drafter, &join(&ids(&prompt["prompt_ids"])), steps);
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(json["first_token"], prompt["first_token"], "{drafter}");
+                assert_eq!(
+                    ids(&json["drafts"]),
+                    ids(&prompt["drafts"])[..steps],
+                    "{drafter} {}",
+                    prompt["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatched_pair_is_refused_with_both_geometries_named() {
+    let out = draft("target-nople", "assistant-dense", "2,17,30", 3);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 heads x 32 dims") && err.contains("2 heads x 32 dims"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_prompt_ids_are_refused_with_the_field_named() {
+    let out = draft("target-full", "assistant-dense", "2,999", 3);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("prompt_ids[1]") && err.contains("999"),
+        "{err}"
+    );
+}
