@@ -5,16 +5,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::json;
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
-    BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, RequestControl, RoundLoop,
-    SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
+    BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, NgramDrafter,
+    RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
 };
-use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
+use specd_verifier::{Gemma4Target, LocalVerifier, TargetCarry, VerifierLimits};
 
 use crate::device::{DTypeArg, DeviceArg};
+use crate::embedded_mtp::EmbeddedMtp;
 use crate::text::{NoText, TextTokenizer};
 
 #[derive(Args, Debug)]
@@ -52,6 +53,16 @@ pub struct GenerateArgs {
     /// Decode with the target alone, without drafting.
     #[arg(long)]
     pub no_draft: bool,
+    /// Draft in this process: `ngram` looks the continuation up in the prompt and output;
+    /// `mtp` runs the Gemma 4 assistant given by --drafter.
+    #[arg(long, value_enum, conflicts_with = "no_draft")]
+    pub draft: Option<EmbeddedDraft>,
+    /// Gemma 4 assistant checkpoint directory, for --draft mtp.
+    #[arg(long, required_if_eq("draft", "mtp"))]
+    pub drafter: Option<PathBuf>,
+    /// Verify block size while drafting: the bonus token plus up to block_size - 1 drafts.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=17))]
+    pub block_size: u64,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -59,6 +70,15 @@ pub struct GenerateArgs {
     pub device: DeviceArg,
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DTypeArg,
+}
+
+/// Drafters `specd generate` can run in-process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmbeddedDraft {
+    /// Prompt lookup (no model).
+    Ngram,
+    /// Multi-token prediction with a Gemma 4 assistant.
+    Mtp,
 }
 
 /// Prints text as it arrives and keeps every token.
@@ -114,9 +134,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
         (None, None, _) => bail!("give a prompt with --prompt-ids or --prompt"),
     };
-    if !args.no_draft {
-        tracing::info!("no drafter given: decoding with the target alone");
-    }
+    let block_size = match args.draft {
+        Some(_) => BlockSizeConfig::fixed(args.block_size as usize),
+        None => {
+            if !args.no_draft {
+                tracing::info!("no drafter given: decoding with the target alone");
+            }
+            BlockSizeConfig::PLAIN
+        }
+    };
     let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let eos = specd_verifier::TargetModel::eos_token_ids(&target);
@@ -138,7 +164,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             stop_token_ids: Vec::new(),
             stop_strings: args.stop.clone(),
         },
-        block_size: BlockSizeConfig::PLAIN,
+        block_size,
     };
     let has_text = tokenizer.is_some();
     let detokenizer: Box<dyn Detokenizer> = match tokenizer {
@@ -153,11 +179,27 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let control = RequestControl::default();
-    let finish = runtime
-        .block_on(
-            RoundLoop::plain(&verifier, detokenizer.as_ref()).run(request, &mut sink, &control),
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let detokenizer = detokenizer.as_ref();
+    let finish = match (args.draft, &args.drafter) {
+        (Some(EmbeddedDraft::Mtp), Some(dir)) => {
+            let mtp = EmbeddedMtp::load(dir, &args.target, args.dtype.dtype(), &device)
+                .with_context(|| format!("loading the drafter from {}", dir.display()))?;
+            runtime.block_on(
+                RoundLoop::new(&verifier, Some(&mtp), detokenizer)
+                    .run(request, &mut sink, &control),
+            )
+        }
+        (Some(EmbeddedDraft::Ngram), _) => {
+            let ngram = NgramDrafter::<TargetCarry>::default();
+            runtime.block_on(
+                RoundLoop::new(&verifier, Some(&ngram), detokenizer)
+                    .run(request, &mut sink, &control),
+            )
+        }
+        _ => runtime
+            .block_on(RoundLoop::plain(&verifier, detokenizer).run(request, &mut sink, &control)),
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         let mut out = json!({
             "tokens": sink.tokens,

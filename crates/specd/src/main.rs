@@ -2,7 +2,9 @@
 
 mod device;
 mod draft;
+mod embedded_mtp;
 mod generate;
+mod serve;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +26,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Prefill with the target, then draft one block with a Gemma 4 assistant.
     Draft(draft::DraftArgs),
+    /// Run a service: verifier, drafter or router.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +42,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Draft(args) => draft::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -22,10 +22,16 @@ pub enum VerifierError {
 
 impl VerifierError {
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
-        Self::InvalidArgument { field: field.to_string(), message: message.into() }
+        Self::InvalidArgument {
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
 
     pub fn out_of_range(field: &str, message: impl Into<String>) -> Self {
-        Self::OutOfRange { field: field.to_string(), message: message.into() }
+        Self::OutOfRange {
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
 }

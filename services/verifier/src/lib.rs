@@ -4,10 +4,13 @@
 mod carry;
 mod error;
 mod local;
+mod qwen2_target;
+pub mod server;
 mod target;
 mod verify_block;
 
 pub use carry::TargetCarry;
 pub use error::VerifierError;
 pub use local::{LocalVerifier, VerifierLimits};
-pub use target::{Gemma4Target, TargetModel};
+pub use qwen2_target::Qwen2Target;
+pub use target::{Gemma4Target, TargetModel, MAX_ROLLBACK};

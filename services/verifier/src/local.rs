@@ -130,7 +130,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                 )));
             }
         }
-        let mut cache = self.target.new_cache();
+        let mut cache = self.target.new_cache()?;
         let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
         let first_token = sample_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
         let len = self.target.cache_len(&cache);

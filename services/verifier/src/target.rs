@@ -16,7 +16,7 @@ pub trait TargetModel: Send + Sync + 'static {
     fn vocab_size(&self) -> usize;
     fn max_context(&self) -> usize;
     fn eos_token_ids(&self) -> Vec<u32>;
-    fn new_cache(&self) -> Self::Cache;
+    fn new_cache(&self) -> Result<Self::Cache, VerifierError>;
     fn cache_len(&self, cache: &Self::Cache) -> usize;
     fn cache_bytes(&self, cache: &Self::Cache) -> usize;
     /// Fills the cache with the prompt; returns the last position's hidden `[1, hidden]`.
@@ -74,8 +74,8 @@ impl TargetModel for Gemma4Target {
         self.model.config().eos_token_ids.clone()
     }
 
-    fn new_cache(&self) -> SequenceCache {
-        self.model.new_cache(MAX_ROLLBACK)
+    fn new_cache(&self) -> Result<SequenceCache, VerifierError> {
+        Ok(self.model.new_cache(MAX_ROLLBACK))
     }
 
     fn cache_len(&self, cache: &SequenceCache) -> usize {

@@ -15,8 +15,13 @@ pub fn sample_from_hidden<T: TargetModel>(
     sampling: &SamplingParams,
     output_index: u64,
 ) -> Result<u32, VerifierError> {
-    let logits = target.logits(hidden_row)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-    sample(&logits, sampling, output_index).map_err(|e| VerifierError::invalid("sampling", e.to_string()))
+    let logits = target
+        .logits(hidden_row)?
+        .squeeze(0)?
+        .to_dtype(DType::F32)?
+        .to_vec1::<f32>()?;
+    sample(&logits, sampling, output_index)
+        .map_err(|e| VerifierError::invalid("sampling", e.to_string()))
 }
 
 /// The outcome of a verify round for one sequence.
@@ -41,12 +46,21 @@ pub fn accept_and_rollback<T: TargetModel>(
 ) -> Result<BlockOutcome, VerifierError> {
     let drafts = &tokens[1..];
     let accepted = accept_drafts(drafts, budget, |slot| {
-        sample_from_hidden(target, &hidden.narrow(0, slot, 1)?, sampling, output_index_base + slot as u64)
+        sample_from_hidden(
+            target,
+            &hidden.narrow(0, slot, 1)?,
+            sampling,
+            output_index_base + slot as u64,
+        )
     })?;
     let committed = accepted.accepted + 1;
     let end = start_len + committed;
     target.truncate(cache, end)?;
-    let shared_kv = if want_kv { target.shared_kv(cache, start_len, end)? } else { None };
+    let shared_kv = if want_kv {
+        target.shared_kv(cache, start_len, end)?
+    } else {
+        None
+    };
     let carry = TargetCarry {
         hidden: hidden.narrow(0, accepted.accepted, 1)?,
         shared_kv,

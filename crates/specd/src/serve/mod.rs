@@ -1,0 +1,61 @@
+//! `specd serve verifier|drafter|router`: run one service on a socket, with gRPC health and
+//! reflection, until SIGINT or SIGTERM.
+
+mod drafter;
+mod listen;
+mod router;
+mod verifier;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use specd_wire::limits::{MessageLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SNAPSHOT_CHUNK_BYTES};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(subcommand)]
+    service: Service,
+}
+
+#[derive(Subcommand, Debug)]
+enum Service {
+    /// The target model: sequences, verify rounds, K/V snapshots (specd.v1.Verifier).
+    Verifier(verifier::VerifierArgs),
+    /// A Gemma 4 assistant (MTP) drafter (specd.v1.Drafter).
+    Drafter(drafter::DrafterArgs),
+    /// The public API: one round loop per request over a verifier and drafters
+    /// (specd.v1.Generation).
+    Router(router::RouterArgs),
+}
+
+/// Message limits every service applies to both directions.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Largest gRPC message sent or received, in bytes.
+    #[arg(long, env = "SPECD_MAX_MESSAGE_BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
+    /// Largest K/V snapshot chunk payload, in bytes.
+    #[arg(long, env = "SPECD_SNAPSHOT_CHUNK_BYTES", default_value_t = DEFAULT_SNAPSHOT_CHUNK_BYTES)]
+    pub snapshot_chunk_bytes: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Result<MessageLimits> {
+        Ok(MessageLimits::new(
+            self.max_message_bytes,
+            self.snapshot_chunk_bytes,
+        )?)
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match args.service {
+            Service::Verifier(args) => verifier::run(args).await,
+            Service::Drafter(args) => drafter::run(args).await,
+            Service::Router(args) => router::run(args).await,
+        }
+    })
+}

@@ -1,0 +1,90 @@
+//! `specd serve router`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use specd_core::NgramConfig;
+use specd_router::{serve, DraftSource, GenerationService, RouterConfig, TargetText};
+
+use super::listen::{bind, shutdown_signal};
+use super::LimitArgs;
+
+/// Drafting that runs inside the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RouterDraft {
+    /// Prompt lookup (no model, no drafter service).
+    Ngram,
+}
+
+#[derive(Args, Debug)]
+pub struct RouterArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50050")]
+    pub listen: SocketAddr,
+    /// The verifier, e.g. http://verifier:50051.
+    #[arg(long, env = "SPECD_VERIFIER")]
+    pub verifier: String,
+    /// Drafter services, comma-separated, e.g. http://drafter-0:50052,http://drafter-1:50052.
+    #[arg(
+        long,
+        env = "SPECD_DRAFTERS",
+        value_delimiter = ',',
+        conflicts_with = "draft"
+    )]
+    pub drafters: Vec<String>,
+    /// Draft inside the router instead of with drafter services.
+    #[arg(long, env = "SPECD_DRAFT", value_enum)]
+    pub draft: Option<RouterDraft>,
+    /// Target checkpoint directory for tokenizer.json (text prompts, text output, stop
+    /// strings) and the end-of-sequence ids in config.json. Without it, clients send token
+    /// ids and generation ends only at max_tokens.
+    #[arg(long, env = "SPECD_TARGET")]
+    pub target: Option<PathBuf>,
+    /// Block size of the adaptive policy (a drafter's trained depth).
+    #[arg(long, env = "SPECD_BLOCK_SIZE", default_value_t = 4)]
+    pub block_size: usize,
+    /// Largest block size, for requests and the adaptive policy.
+    #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
+    pub max_block_size: usize,
+    /// Tokens generated when a request leaves max_tokens at 0.
+    #[arg(long, env = "SPECD_DEFAULT_MAX_TOKENS", default_value_t = 256)]
+    pub default_max_tokens: u32,
+    /// Seconds to wait for the verifier to answer at startup.
+    #[arg(long, env = "SPECD_CONNECT_TIMEOUT_SECS", default_value_t = 120)]
+    pub connect_timeout_secs: u64,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+pub async fn run(args: RouterArgs) -> Result<()> {
+    let text = match &args.target {
+        Some(dir) => TargetText::from_dir(dir)
+            .with_context(|| format!("reading the target's text files in {}", dir.display()))?,
+        None => TargetText::without_tokenizer(Vec::new()),
+    };
+    let source = match (args.draft, args.drafters.is_empty()) {
+        (Some(RouterDraft::Ngram), _) => DraftSource::Ngram(NgramConfig::default()),
+        (None, false) => DraftSource::Remote(args.drafters.clone()),
+        (None, true) => DraftSource::None,
+    };
+    let config = RouterConfig {
+        limits: args.limits.limits()?,
+        default_max_tokens: args.default_max_tokens,
+        block_size: args.block_size.max(1),
+        max_block_size: args.max_block_size.max(1),
+    };
+    let service = GenerationService::connect(
+        &args.verifier,
+        &source,
+        text,
+        config,
+        Duration::from_secs(args.connect_timeout_secs),
+    )
+    .await?;
+    let incoming = bind(args.listen, "router")?;
+    serve(service, incoming, shutdown_signal()).await?;
+    Ok(())
+}

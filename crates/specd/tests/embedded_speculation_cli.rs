@@ -1,0 +1,112 @@
+//! `specd generate --draft ngram|mtp` in embedded mode prints the tokens `--no-draft` prints,
+//! for every block size, greedy and seeded.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4")
+        .join(name)
+}
+
+fn target() -> PathBuf {
+    fixture("target-full")
+}
+
+/// Repetitive, so prompt lookup finds drafts.
+const PROMPT: &str = "2,40,41,42,43,9,40,41,42,43,9,40,41,42,43,9";
+
+fn generate(extra: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["generate", "--target"])
+        .arg(target())
+        .args([
+            "--prompt-ids",
+            PROMPT,
+            "--max-tokens",
+            "48",
+            "--ignore-eos",
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Generates with `drafter_args` for block sizes 2..=8, greedy and seeded, asserting the
+/// plain tokens each time; returns the drafts (drafted, accepted) over all runs.
+fn assert_lossless(drafter_args: &[&str]) -> (u64, u64) {
+    let (mut drafted, mut accepted) = (0, 0);
+    for sampling in [
+        vec!["--temperature", "0"],
+        vec!["--temperature", "0.8", "--seed", "7"],
+        vec!["--temperature", "1.0", "--seed", "8"],
+    ] {
+        let mut plain_args = vec!["--no-draft"];
+        plain_args.extend(&sampling);
+        let plain = generate(&plain_args);
+        assert_eq!(plain["stats"]["drafted"], 0);
+        for block_size in 2..=8 {
+            let block_size = block_size.to_string();
+            let mut args = drafter_args.to_vec();
+            args.extend(["--block-size", &block_size]);
+            args.extend(&sampling);
+            let out = generate(&args);
+            assert_eq!(
+                out["tokens"], plain["tokens"],
+                "{drafter_args:?} block size {block_size}, {sampling:?}"
+            );
+            assert_eq!(out["finish_reason"], "length");
+            drafted += out["stats"]["drafted"].as_u64().unwrap();
+            accepted += out["stats"]["accepted"].as_u64().unwrap();
+        }
+    }
+    (drafted, accepted)
+}
+
+#[test]
+fn ngram_drafting_prints_the_plain_tokens() {
+    let (_, accepted) = assert_lossless(&["--draft", "ngram"]);
+    assert!(accepted > 0, "prompt lookup never had a draft accepted");
+}
+
+#[test]
+fn mtp_drafting_prints_the_plain_tokens() {
+    let drafter = fixture("assistant-dense");
+    let drafter = drafter.to_str().unwrap();
+    let (drafted, _) = assert_lossless(&["--draft", "mtp", "--drafter", drafter]);
+    assert!(drafted > 0);
+}
+
+#[test]
+fn mtp_needs_a_drafter_directory() {
+    let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["generate", "--target"])
+        .arg(target())
+        .args(["--prompt-ids", "2,3", "--draft", "mtp"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--drafter"));
+}
+
+#[test]
+fn draft_and_no_draft_conflict() {
+    let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["generate", "--target"])
+        .arg(target())
+        .args(["--prompt-ids", "2,3", "--no-draft", "--draft", "ngram"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--draft"));
+}

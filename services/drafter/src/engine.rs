@@ -1,0 +1,139 @@
+//! What a drafter runs: the [`DraftEngine`] trait and the data it is handed.
+//!
+//! The server owns the protocol (sessions, rounds, retries, validation of the wire); an engine
+//! owns the model. Every engine method is called on tokio's blocking pool and may compute.
+
+use candle_core::{Device, Tensor};
+use specd_core::SamplingParams;
+use specd_wire::drafter::DrafterKind;
+use specd_wire::kv::{KvDeltaTensors, KvSnapshot};
+
+/// What a drafter reports about itself in Stats and checks requests against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Which carry the engine needs each round.
+    pub kind: DrafterKind,
+    /// Identifies the loaded drafter model.
+    pub model: String,
+    /// Largest `count` one Draft may ask for.
+    pub max_draft_tokens: usize,
+    /// Vocabulary size shared with the target; bonus tokens must be below it.
+    pub vocab_size: usize,
+}
+
+/// Where a session starts from.
+#[derive(Debug, Clone)]
+pub enum SessionSource {
+    /// MTP: the target's shared K/V at the committed length.
+    Snapshot(KvSnapshot),
+    /// Draft model: every token in the target cache, in order.
+    Context(Vec<u32>),
+}
+
+/// A session to open.
+#[derive(Debug, Clone)]
+pub struct OpenSession {
+    /// Sampling of the sequence; drafts at output index `k` may draw with key `(seed, k)`.
+    pub sampling: SamplingParams,
+    /// Tokens in the target cache.
+    pub committed_len: usize,
+    pub source: SessionSource,
+}
+
+/// The state of the last verify round, applied before drafting.
+#[derive(Debug, Clone)]
+pub enum DraftCarry {
+    /// MTP: the final-normed target hidden state at the last committed position `[1, 1, H]`
+    /// and the K/V rows the round committed (none for the first round after open).
+    Mtp {
+        hidden: Tensor,
+        delta: Option<KvDeltaTensors>,
+    },
+    /// Draft model: the tokens the round committed (none for the first round after open).
+    Tokens(Vec<u32>),
+}
+
+impl DraftCarry {
+    /// Positions this carry adds to the session's committed length.
+    pub fn committed_rows(&self) -> usize {
+        match self {
+            DraftCarry::Mtp { delta, .. } => delta.as_ref().map_or(0, KvDeltaTensors::rows),
+            DraftCarry::Tokens(tokens) => tokens.len(),
+        }
+    }
+}
+
+/// One draft step, after the carry is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftStep {
+    /// The last emitted token, at position `committed_len` (not in the target cache).
+    pub bonus: u32,
+    /// Position of the last committed token (`committed_len - 1`): the query position.
+    pub position: usize,
+    /// Drafts wanted, `1..=max_draft_tokens`.
+    pub count: usize,
+    /// Output index of the first draft.
+    pub output_index_base: u64,
+}
+
+/// An engine failed; the server maps the kind to a status code.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The input does not fit the engine (wrong shapes, dtypes, kinds): INVALID_ARGUMENT.
+    #[error("{field}: {reason}")]
+    InvalidInput { field: String, reason: String },
+    /// The input does not line up with the session state: FAILED_PRECONDITION.
+    #[error("{field}: {reason}")]
+    Mismatch { field: String, reason: String },
+    /// The engine itself failed: INTERNAL.
+    #[error("drafter engine: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    pub fn invalid(field: &str, reason: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn mismatch(field: &str, reason: impl Into<String>) -> Self {
+        Self::Mismatch {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<candle_core::Error> for EngineError {
+    fn from(error: candle_core::Error) -> Self {
+        Self::Internal(error.to_string())
+    }
+}
+
+/// A drafter model: opens per-session state and drafts from it.
+///
+/// The session state is all a drafter keeps per request: for an MTP engine, mirrors of the
+/// target's shared K/V and the last hidden state; for a draft model, its own KV cache.
+pub trait DraftEngine: Send + Sync + 'static {
+    type Session: Send + 'static;
+
+    fn info(&self) -> EngineInfo;
+
+    /// Device the engine computes on; carry tensors are decoded onto it.
+    fn device(&self) -> &Device;
+
+    /// Builds a session; `open.source` matches [`EngineInfo::kind`].
+    fn open(&self, open: OpenSession) -> Result<Self::Session, EngineError>;
+
+    /// Tokens in the target cache as far as the session knows.
+    fn committed_len(&self, session: &Self::Session) -> usize;
+
+    /// Applies the carry of the last round. The server has checked that the carry kind
+    /// matches and that it continues the session (`start_position == committed_len`).
+    fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError>;
+
+    /// Proposes up to `step.count` tokens after the bonus (fewer when it stops early).
+    fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError>;
+}

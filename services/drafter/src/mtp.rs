@@ -1,0 +1,174 @@
+//! The MTP engine: the Gemma 4 assistant drafting from a per-session mirror of the target's
+//! shared K/V and the target's last hidden state.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use specd_core::{sample, SamplingParams};
+use specd_models::gemma4::{LayerKv, SharedKv};
+use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
+use specd_wire::drafter::DrafterKind;
+use specd_wire::kv::KvPair;
+
+use crate::engine::{
+    DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
+};
+
+/// Drafts one session may ask for at most; the router's block size stays below it.
+pub const MTP_MAX_DRAFT_TOKENS: usize = 16;
+
+/// The Gemma 4 assistant as a drafter engine.
+pub struct MtpEngine {
+    model: Gemma4Assistant,
+    name: String,
+}
+
+/// A session: the assistant's mirror, the last target hidden state and the sampling.
+pub struct MtpSession {
+    mirror: SharedKvMirror,
+    hidden: Option<Tensor>,
+    sampling: SamplingParams,
+}
+
+impl MtpEngine {
+    /// Loads the assistant checkpoint in `drafter_dir` and the token embedding of its target
+    /// in `target_dir`.
+    pub fn load(
+        drafter_dir: &Path,
+        target_dir: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self, EngineError> {
+        let model = Gemma4Assistant::load(drafter_dir, target_dir, dtype, device)
+            .map_err(|e| EngineError::Internal(format!("loading the assistant: {e}")))?;
+        let name = drafter_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Self { model, name })
+    }
+
+    /// The block size the checkpoint was trained for, when it says.
+    pub fn trained_block_size(&self) -> Option<usize> {
+        self.model.config().block_size
+    }
+}
+
+/// Wire K/V `[1, heads, rows, dim]` as the model's `[heads, rows, dim]` from `start`.
+fn layer(pair: &KvPair, start: usize) -> Result<LayerKv, EngineError> {
+    Ok(LayerKv {
+        keys: pair.k.squeeze(0)?,
+        values: pair.v.squeeze(0)?,
+        start,
+    })
+}
+
+fn model_error(field: &str) -> impl Fn(specd_models::ModelError) -> EngineError + '_ {
+    move |e| EngineError::invalid(field, e.to_string())
+}
+
+impl DraftEngine for MtpEngine {
+    type Session = MtpSession;
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            kind: DrafterKind::Mtp,
+            model: self.name.clone(),
+            max_draft_tokens: MTP_MAX_DRAFT_TOKENS,
+            vocab_size: self.model.vocab_size(),
+        }
+    }
+
+    fn device(&self) -> &Device {
+        self.model.device()
+    }
+
+    fn open(&self, open: OpenSession) -> Result<MtpSession, EngineError> {
+        let SessionSource::Snapshot(snapshot) = open.source else {
+            return Err(EngineError::invalid(
+                "header.context_ids",
+                "an MTP drafter opens from a snapshot",
+            ));
+        };
+        let shared = SharedKv {
+            full: layer(&snapshot.full, 0)?,
+            sliding: snapshot
+                .sliding
+                .as_ref()
+                .map(|pair| layer(pair, snapshot.sliding_start as usize))
+                .transpose()?,
+        };
+        let mirror = self
+            .model
+            .new_mirror(&shared)
+            .map_err(model_error("open.snapshot"))?;
+        Ok(MtpSession {
+            mirror,
+            hidden: None,
+            sampling: open.sampling,
+        })
+    }
+
+    fn committed_len(&self, session: &MtpSession) -> usize {
+        session.mirror.committed_len()
+    }
+
+    fn apply(&self, session: &mut MtpSession, carry: DraftCarry) -> Result<(), EngineError> {
+        let DraftCarry::Mtp { hidden, delta } = carry else {
+            return Err(EngineError::invalid(
+                "carry",
+                "an MTP drafter takes MTP carries",
+            ));
+        };
+        if let Some(delta) = delta {
+            let start = delta.start_position as usize;
+            let rows = SharedKv {
+                full: layer(&delta.full, start)?,
+                sliding: delta
+                    .sliding
+                    .as_ref()
+                    .map(|pair| layer(pair, start))
+                    .transpose()?,
+            };
+            session
+                .mirror
+                .apply_delta(&rows)
+                .map_err(model_error("carry.mtp.delta"))?;
+        }
+        // The wire's [1, 1, H] as the assistant's [1, H].
+        let width = hidden.elem_count();
+        session.hidden = Some(hidden.reshape((1, width))?);
+        Ok(())
+    }
+
+    fn draft(&self, session: &mut MtpSession, step: DraftStep) -> Result<Vec<u32>, EngineError> {
+        let hidden = session.hidden.as_ref().ok_or_else(|| {
+            EngineError::mismatch(
+                "carry.mtp.hidden",
+                "no hidden state was ever applied to this session",
+            )
+        })?;
+        let drafts = if session.sampling.is_greedy() {
+            self.model
+                .draft_greedy(&session.mirror, step.bonus, hidden, step.count)
+        } else {
+            // Draft i is drawn with the target's key for its output index, so a draft that
+            // agrees with the target's distribution tends to be the very token the target
+            // draws there.
+            let sampling = session.sampling;
+            self.model.draft_sampled(
+                &session.mirror,
+                step.bonus,
+                hidden,
+                step.count,
+                |logits, i| {
+                    sample(logits, &sampling, step.output_index_base + i as u64)
+                        .ok()
+                        .or_else(|| first_argmax(logits))
+                        .unwrap_or(0)
+                },
+            )
+        };
+        drafts.map_err(model_error("draft"))
+    }
+}

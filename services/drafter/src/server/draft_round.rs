@@ -1,0 +1,166 @@
+//! Draft: round order, carry decoding and application, drafting, replay.
+
+use std::time::Instant;
+
+use candle_core::Device;
+use specd_wire::drafter::{draft_request, DraftRequest, DrafterKind};
+use specd_wire::kv::KvDeltaTensors;
+use specd_wire::tensor::{decode_checked, Dim};
+use tonic::Status;
+
+use super::open::check_ids;
+use super::sessions::{lock, SessionEntry, SharedEntry, StepKey};
+use super::status::status_of;
+use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
+
+/// Checks that need no session state: count, bonus and carry kind.
+pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result<(), Status> {
+    let count = request.count as usize;
+    if count == 0 || count > info.max_draft_tokens {
+        return Err(Status::invalid_argument(format!(
+            "count: must be in 1..={}, got {count}",
+            info.max_draft_tokens
+        )));
+    }
+    check_ids(&[request.bonus], info.vocab_size, "bonus")?;
+    if request.round == 0 {
+        return Err(Status::invalid_argument("round: rounds start at 1"));
+    }
+    match (&request.carry, info.kind) {
+        (Some(draft_request::Carry::Mtp(_)), DrafterKind::Mtp)
+        | (Some(draft_request::Carry::Tokens(_)), DrafterKind::DraftModel) => Ok(()),
+        (None, _) => Err(Status::invalid_argument("carry: required")),
+        _ => Err(Status::invalid_argument(format!(
+            "carry: this drafter is {} and takes the matching carry",
+            info.kind.as_str_name()
+        ))),
+    }
+}
+
+/// Runs one Draft on a session. Blocking; holds the session for the whole round.
+pub(crate) fn draft_round<E: DraftEngine>(
+    engine: &E,
+    info: &EngineInfo,
+    entry: &SharedEntry<E::Session>,
+    request: DraftRequest,
+) -> Result<Vec<u32>, Status> {
+    let mut entry = lock(entry);
+    entry.last_used = Instant::now();
+    let key = StepKey {
+        bonus: request.bonus,
+        position: request.position,
+        count: request.count,
+        output_index_base: request.output_index_base,
+    };
+    let next = entry.applied_round + 1;
+    if request.round == entry.applied_round {
+        if let Some((stored, drafts)) = &entry.answer {
+            if *stored != key {
+                return Err(Status::failed_precondition(format!(
+                    "round: a retry of round {} must repeat its bonus, position, count and \
+                     output_index_base",
+                    request.round
+                )));
+            }
+            return Ok(drafts.clone());
+        }
+        // The carry of this round was applied but drafting failed: draft again.
+    } else if request.round == next {
+        let carry = decode_carry(&request, info, engine.device())?;
+        check_continues(engine, &entry, &carry)?;
+        check_position(engine, &entry, carry.committed_rows(), request.position)?;
+        let SessionEntry { session, .. } = &mut *entry;
+        engine.apply(session, carry).map_err(status_of)?;
+        entry.applied_round = next;
+        entry.answer = None;
+    } else {
+        return Err(Status::failed_precondition(format!(
+            "round: expected {next} (or {} to retry), got {}",
+            entry.applied_round, request.round
+        )));
+    }
+    check_position(engine, &entry, 0, request.position)?;
+    let step = DraftStep {
+        bonus: request.bonus,
+        position: request.position as usize,
+        count: request.count as usize,
+        output_index_base: u64::from(request.output_index_base),
+    };
+    let SessionEntry { session, .. } = &mut *entry;
+    let mut drafts = engine.draft(session, step).map_err(status_of)?;
+    drafts.truncate(step.count);
+    entry.answer = Some((key, drafts.clone()));
+    Ok(drafts)
+}
+
+/// An MTP delta must start where the session's rows end (a lost or repeated delta shows
+/// up here).
+fn check_continues<E: DraftEngine>(
+    engine: &E,
+    entry: &SessionEntry<E::Session>,
+    carry: &DraftCarry,
+) -> Result<(), Status> {
+    if let DraftCarry::Mtp {
+        delta: Some(delta), ..
+    } = carry
+    {
+        let held = engine.committed_len(&entry.session);
+        if delta.start_position as usize != held {
+            return Err(Status::failed_precondition(format!(
+                "carry.mtp.delta.start_position: the session holds {held} positions, the \
+                 delta starts at {}",
+                delta.start_position
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `position` must be the last committed position once `rows` more are applied.
+fn check_position<E: DraftEngine>(
+    engine: &E,
+    entry: &SessionEntry<E::Session>,
+    rows: usize,
+    position: u32,
+) -> Result<(), Status> {
+    let committed = engine.committed_len(&entry.session) + rows;
+    if position as usize + 1 != committed {
+        return Err(Status::failed_precondition(format!(
+            "position: the session's last committed position is {}, the request says {position}",
+            committed as i64 - 1
+        )));
+    }
+    Ok(())
+}
+
+fn decode_carry(
+    request: &DraftRequest,
+    info: &EngineInfo,
+    device: &Device,
+) -> Result<DraftCarry, Status> {
+    match &request.carry {
+        Some(draft_request::Carry::Mtp(mtp)) => {
+            let hidden = mtp
+                .hidden
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("carry.mtp.hidden: required"))?;
+            let hidden = decode_checked(
+                hidden,
+                "carry.mtp.hidden",
+                device,
+                None,
+                &[Dim::Exactly(1), Dim::Exactly(1), Dim::Any],
+            )?;
+            let delta = match &mtp.delta {
+                Some(delta) => Some(KvDeltaTensors::decode(delta, "carry.mtp.delta", device)?),
+                None => None,
+            };
+            Ok(DraftCarry::Mtp { hidden, delta })
+        }
+        Some(draft_request::Carry::Tokens(tokens)) => {
+            check_ids(&tokens.committed, info.vocab_size, "carry.tokens.committed")?;
+            Ok(DraftCarry::Tokens(tokens.committed.clone()))
+        }
+        None => Err(Status::invalid_argument("carry: required")),
+    }
+}

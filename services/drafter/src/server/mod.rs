@@ -1,0 +1,19 @@
+//! The `specd.v1.Drafter` gRPC service over a [`DraftEngine`](crate::DraftEngine).
+//!
+//! Engine work (decoding a snapshot, applying a carry, drafting) runs on tokio's blocking
+//! pool. Rounds are idempotent: a retried Draft returns the stored drafts without applying
+//! its carry twice. Sessions idle longer than the configured timeout are closed.
+
+mod config;
+mod draft_round;
+mod open;
+mod reaper;
+mod sampling;
+mod serve;
+mod service;
+mod sessions;
+mod status;
+
+pub use config::DrafterServerConfig;
+pub use serve::{serve, ServeError};
+pub use service::DrafterService;

@@ -1,0 +1,12 @@
+//! The drafter: the shared-K/V mirror, and the Drafter gRPC service on a real server bound
+//! to 127.0.0.1 with the random engine (which keeps exactly the state a real engine of its
+//! kind keeps).
+
+mod support;
+
+mod draft_model;
+mod errors;
+mod lifecycle;
+mod mirror;
+mod mtp_engine;
+mod mtp_rounds;

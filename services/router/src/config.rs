@@ -1,0 +1,49 @@
+//! Settings of the router and what it learns from the verifier.
+
+use specd_wire::limits::MessageLimits;
+use specd_wire::verifier::VerifierStatsResponse;
+
+/// How the router serves requests.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// Message limits for the public API and the router's clients.
+    pub limits: MessageLimits,
+    /// Tokens generated when a request leaves `max_tokens` at 0 (cut to the room the
+    /// context leaves).
+    pub default_max_tokens: u32,
+    /// Block size the adaptive policy uses (a drafter's trained depth).
+    pub block_size: usize,
+    /// Largest block size: the ceiling of the adaptive policy and of requested sizes.
+    pub max_block_size: usize,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            limits: MessageLimits::default(),
+            default_max_tokens: 256,
+            block_size: 4,
+            max_block_size: 8,
+        }
+    }
+}
+
+/// What the router checks requests against, from the verifier's Stats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetLimits {
+    pub vocab_size: usize,
+    pub max_context_tokens: usize,
+    pub max_block_size: usize,
+    pub model: String,
+}
+
+impl From<VerifierStatsResponse> for TargetLimits {
+    fn from(stats: VerifierStatsResponse) -> Self {
+        Self {
+            vocab_size: stats.vocab_size as usize,
+            max_context_tokens: stats.max_context_tokens as usize,
+            max_block_size: stats.max_block_size as usize,
+            model: stats.model,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The router side of specd: the public `specd.v1.Generation` service.
+//!
+//! Each request runs one core round loop ([`specd_core::RoundLoop`]) against the verifier
+//! service ([`remote_verifier::RemoteSequence`]) and a drafter: a drafter service
+//! ([`remote_drafter::RemoteSession`]), the in-process n-gram drafter, or none. The router
+//! forwards the verifier's hidden states and K/V to MTP drafters in wire form and never runs
+//! a model itself; its only model files are the target's tokenizer and config.
+//!
+//! Cancellation: a unary client that cancels drops the request future, a streaming client
+//! that goes away drops it too; either way the round loop's guard releases the verifier
+//! sequence and closes the drafter session in the background.
+
+pub mod carry;
+pub mod config;
+pub mod drafters;
+pub mod error;
+pub mod remote_drafter;
+pub mod remote_verifier;
+mod report;
+mod run;
+pub mod sampling;
+mod serve;
+mod service;
+mod sink;
+pub mod text;
+pub mod validate;
+
+pub use config::{RouterConfig, TargetLimits};
+pub use drafters::DraftSource;
+pub use serve::{serve, ServeError};
+pub use service::{GenerationService, RouterSetupError};
+pub use text::TargetText;

@@ -1,0 +1,260 @@
+//! The verifier side of one request, over gRPC.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use specd_core::{PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest};
+use specd_wire::verifier::{
+    prefill_response, PrefillRequest as WirePrefill, ReleaseRequest, TruncateRequest,
+    VerifierClient, VerifyRequest as WireVerify,
+};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+use tonic::Code;
+use tracing::{debug, warn};
+
+use crate::carry::WireCarry;
+use crate::error::RemoteError;
+use crate::sampling::sampling_to_wire;
+
+/// Attempts of a Verify that failed in transport; the round is idempotent, so a retry after
+/// a lost answer is safe.
+const VERIFY_ATTEMPTS: usize = 2;
+
+/// What one request asks of the verifier besides the prompt.
+#[derive(Debug, Clone, Copy)]
+pub struct SequenceOptions {
+    /// Tokens the request may generate (the verifier reserves room for them).
+    pub max_new_tokens: u32,
+    /// Ship hidden states and K/V to an MTP drafter.
+    pub with_mtp_state: bool,
+    /// Largest snapshot chunk to accept (0: the verifier's default).
+    pub max_chunk_bytes: u64,
+}
+
+/// The verifier's id and committed length of the request's sequence.
+#[derive(Debug, Clone, Copy)]
+struct Handle {
+    seq_id: u64,
+    committed_len: u32,
+}
+
+/// One request's sequence on a remote verifier, as core's [`Verifier`]. The round loop runs
+/// one request per value, so the verifier-assigned id is simply kept here.
+pub struct RemoteSequence {
+    client: VerifierClient<Channel>,
+    options: SequenceOptions,
+    handle: Mutex<Option<Handle>>,
+}
+
+/// Prefill's answer, as the spawned call hands it over.
+struct PrefillOutcome {
+    seq_id: u64,
+    first_token: u32,
+    committed_len: u32,
+    carry: WireCarry,
+}
+
+impl RemoteSequence {
+    pub fn new(client: VerifierClient<Channel>, options: SequenceOptions) -> Self {
+        Self {
+            client,
+            options,
+            handle: Mutex::new(None),
+        }
+    }
+
+    fn handle(&self) -> MutexGuard<'_, Option<Handle>> {
+        self.handle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(&self) -> Result<Handle, RemoteError> {
+        (*self.handle()).ok_or_else(|| RemoteError::protocol("verifier", "no sequence is live"))
+    }
+}
+
+/// Runs a whole Prefill stream: the head, then every snapshot chunk.
+async fn prefill_call(
+    mut client: VerifierClient<Channel>,
+    request: WirePrefill,
+) -> Result<PrefillOutcome, RemoteError> {
+    let mut stream = client
+        .prefill(request)
+        .await
+        .map_err(RemoteError::verifier)?
+        .into_inner();
+    let head = match stream.message().await.map_err(RemoteError::verifier)? {
+        Some(message) => match message.body {
+            Some(prefill_response::Body::Head(head)) => head,
+            _ => return Err(RemoteError::protocol("verifier", "prefill: head missing")),
+        },
+        None => return Err(RemoteError::protocol("verifier", "prefill: empty stream")),
+    };
+    let mut carry = WireCarry {
+        hidden: head.hidden,
+        ..WireCarry::default()
+    };
+    let rest = async {
+        while let Some(message) = stream.message().await.map_err(RemoteError::verifier)? {
+            match message.body {
+                Some(prefill_response::Body::Snapshot(chunk)) => carry.snapshot.push(chunk),
+                _ => {
+                    return Err(RemoteError::protocol(
+                        "verifier",
+                        "prefill: a second head in the stream",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    };
+    if let Err(error) = rest.await {
+        release_call(client, head.seq_id).await;
+        return Err(error);
+    }
+    Ok(PrefillOutcome {
+        seq_id: head.seq_id,
+        first_token: head.first_token,
+        committed_len: head.committed_len,
+        carry,
+    })
+}
+
+async fn release_call(mut client: VerifierClient<Channel>, seq_id: u64) {
+    match client.release(ReleaseRequest { seq_id }).await {
+        Ok(_) => debug!(seq_id, "verifier sequence released"),
+        Err(status) => warn!(seq_id, %status, "releasing a verifier sequence failed"),
+    }
+}
+
+impl Verifier for RemoteSequence {
+    type Carry = WireCarry;
+    type Error = RemoteError;
+
+    async fn prefill(&self, request: PrefillRequest) -> Result<Prefilled<WireCarry>, RemoteError> {
+        let wire = WirePrefill {
+            prompt_ids: request.prompt_ids,
+            sampling: Some(sampling_to_wire(&request.sampling)),
+            max_new_tokens: self.options.max_new_tokens,
+            with_mtp_state: self.options.with_mtp_state,
+            max_chunk_bytes: self.options.max_chunk_bytes,
+        };
+        // The call runs in its own task so that it always learns the sequence id: if this
+        // request is dropped meanwhile, the task releases the sequence itself.
+        let (sender, receiver) = oneshot::channel();
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let outcome = prefill_call(client.clone(), wire).await;
+            if let Err(Ok(orphan)) = sender.send(outcome) {
+                release_call(client, orphan.seq_id).await;
+            }
+        });
+        let outcome = receiver
+            .await
+            .map_err(|_| RemoteError::protocol("verifier", "prefill task ended early"))??;
+        *self.handle() = Some(Handle {
+            seq_id: outcome.seq_id,
+            committed_len: outcome.committed_len,
+        });
+        Ok(Prefilled {
+            first_token: outcome.first_token,
+            carry: request.want_carry.then_some(outcome.carry),
+        })
+    }
+
+    async fn verify(&self, request: VerifyRequest) -> Result<Verified<WireCarry>, RemoteError> {
+        let handle = self.current()?;
+        let wire = WireVerify {
+            seq_id: handle.seq_id,
+            round: u64::from(request.round) + 1,
+            tokens: request.tokens,
+            budget: u32::try_from(request.budget).unwrap_or(u32::MAX),
+            output_index_base: u32::try_from(request.output_index_base).map_err(|_| {
+                RemoteError::protocol("router", "output index exceeds the wire's 32 bits")
+            })?,
+            committed_len: handle.committed_len,
+        };
+        let mut attempt = 0;
+        let response = loop {
+            attempt += 1;
+            match self.client.clone().verify(wire.clone()).await {
+                Ok(response) => break response.into_inner(),
+                Err(status) if status.code() == Code::Unavailable && attempt < VERIFY_ATTEMPTS => {
+                    warn!(seq_id = handle.seq_id, %status, "verify failed in transport; retrying");
+                }
+                Err(status) => return Err(RemoteError::verifier(status)),
+            }
+        };
+        let expected = handle.committed_len as u64 + response.accepted as u64 + 1;
+        if u64::from(response.committed_len) != expected {
+            return Err(RemoteError::protocol(
+                "verifier",
+                format!(
+                    "verify: committed_len {} after accepting {} from {}",
+                    response.committed_len, response.accepted, handle.committed_len
+                ),
+            ));
+        }
+        if let Some(live) = self.handle().as_mut() {
+            live.committed_len = response.committed_len;
+        }
+        let carry = WireCarry {
+            hidden: response.hidden,
+            snapshot: Vec::new(),
+            delta: response.kv_delta,
+        };
+        Ok(Verified {
+            accepted: response.accepted as usize,
+            new_tokens: response.new_tokens,
+            carry: request.want_carry.then_some(carry),
+        })
+    }
+
+    async fn truncate(&self, _seq: SeqId, committed_len: usize) -> Result<(), RemoteError> {
+        let handle = self.current()?;
+        let committed_len = u32::try_from(committed_len)
+            .map_err(|_| RemoteError::protocol("router", "committed length exceeds 32 bits"))?;
+        let response = self
+            .client
+            .clone()
+            .truncate(TruncateRequest {
+                seq_id: handle.seq_id,
+                committed_len,
+            })
+            .await
+            .map_err(RemoteError::verifier)?
+            .into_inner();
+        if let Some(live) = self.handle().as_mut() {
+            live.committed_len = response.committed_len;
+        }
+        Ok(())
+    }
+
+    async fn release(&self, _seq: SeqId) -> Result<(), RemoteError> {
+        let handle = self.handle().take();
+        if let Some(handle) = handle {
+            self.client
+                .clone()
+                .release(ReleaseRequest {
+                    seq_id: handle.seq_id,
+                })
+                .await
+                .map_err(RemoteError::verifier)?;
+        }
+        Ok(())
+    }
+
+    fn release_detached(&self, _seq: SeqId) {
+        let Some(handle) = self.handle().take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(release_call(self.client.clone(), handle.seq_id));
+            }
+            Err(_) => warn!(
+                seq_id = handle.seq_id,
+                "no runtime to release the verifier sequence on; it will expire"
+            ),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Running one request: the round loop over the verifier and the request's drafter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use specd_core::{
+    BlockSizeConfig, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop,
+    RoundLoopError, SeqId, SessionId, StopConditions,
+};
+use specd_wire::drafter::DrafterKind;
+use specd_wire::verifier::VerifierClient;
+use tonic::transport::Channel;
+use tonic::Status;
+
+use crate::config::{RouterConfig, TargetLimits};
+use crate::drafters::Drafters;
+use crate::error::RemoteError;
+use crate::remote_drafter::RemoteSession;
+use crate::remote_verifier::{RemoteSequence, SequenceOptions};
+use crate::text::TargetText;
+use crate::validate::{BlockChoice, Plan};
+
+/// Everything requests share.
+pub struct RouterState {
+    pub(crate) verifier: VerifierClient<Channel>,
+    pub(crate) limits: TargetLimits,
+    pub(crate) config: RouterConfig,
+    pub(crate) drafters: Drafters,
+    pub(crate) text: Arc<TargetText>,
+    next_id: AtomicU64,
+}
+
+impl RouterState {
+    pub(crate) fn new(
+        verifier: VerifierClient<Channel>,
+        limits: TargetLimits,
+        config: RouterConfig,
+        drafters: Drafters,
+        text: Arc<TargetText>,
+    ) -> Self {
+        Self {
+            verifier,
+            limits,
+            config,
+            drafters,
+            text,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Generates `plan`, sending events to `sink`. The verifier sequence and any drafter
+    /// session are freed however this ends, including when the future is dropped.
+    pub(crate) async fn run<S: EventSink>(
+        &self,
+        plan: Plan,
+        sink: &mut S,
+        control: &RequestControl,
+    ) -> Result<Finish, Status> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut block = self.block_config(plan.block);
+        let mut options = SequenceOptions {
+            max_new_tokens: u32::try_from(plan.max_tokens).unwrap_or(u32::MAX),
+            with_mtp_state: false,
+            max_chunk_bytes: self.config.limits.snapshot_chunk_bytes() as u64,
+        };
+        let request = |block_size| GenerationRequest {
+            seq: SeqId(id),
+            session: SessionId(id),
+            prompt_ids: plan.prompt_ids.clone(),
+            sampling: plan.sampling,
+            stop: StopConditions {
+                max_tokens: plan.max_tokens,
+                eos_token_ids: self.text.eos_token_ids().to_vec(),
+                ignore_eos: plan.ignore_eos,
+                stop_token_ids: Vec::new(),
+                stop_strings: plan.stop.clone(),
+            },
+            block_size,
+        };
+        let text = &*self.text;
+        let result = match (&self.drafters, block.is_speculative()) {
+            (Drafters::Ngram(ngram), true) => {
+                let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                RoundLoop::new(&verifier, Some(&**ngram), text)
+                    .run(request(block), sink, control)
+                    .await
+            }
+            (Drafters::Remote(pool), true) => match pool.pick().await {
+                Some((client, info)) => {
+                    let depth = info.max_draft_tokens + 1;
+                    block.requested = block.requested.min(depth);
+                    block.configured = block.configured.min(depth);
+                    options.with_mtp_state = info.kind == DrafterKind::Mtp;
+                    let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                    let session = RemoteSession::new(client, info.kind);
+                    RoundLoop::new(&verifier, Some(&session), text)
+                        .run(request(block), sink, control)
+                        .await
+                }
+                None => {
+                    self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
+                        .await
+                }
+            },
+            _ => {
+                self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
+                    .await
+            }
+        };
+        result.map_err(loop_status)
+    }
+
+    async fn run_plain<S: EventSink>(
+        &self,
+        request: GenerationRequest,
+        options: SequenceOptions,
+        sink: &mut S,
+        control: &RequestControl,
+    ) -> Result<Finish, RoundLoopError<RemoteError>> {
+        let verifier = RemoteSequence::new(self.verifier.clone(), options);
+        RoundLoop::plain(&verifier, &*self.text)
+            .run(request, sink, control)
+            .await
+    }
+
+    fn block_config(&self, choice: BlockChoice) -> BlockSizeConfig {
+        let ceiling = self
+            .config
+            .max_block_size
+            .min(self.limits.max_block_size)
+            .max(1);
+        match choice {
+            BlockChoice::Disabled => BlockSizeConfig::PLAIN,
+            BlockChoice::Fixed(size) => BlockSizeConfig::fixed(size.min(ceiling)),
+            BlockChoice::Adaptive => BlockSizeConfig {
+                requested: ceiling,
+                configured: self.config.block_size.min(ceiling),
+            },
+        }
+    }
+}
+
+/// The public status of a failed request.
+fn loop_status(error: RoundLoopError<RemoteError>) -> Status {
+    match error {
+        RoundLoopError::InvalidRequest(invalid) => {
+            Status::invalid_argument(format!("{}: {invalid}", invalid.field()))
+        }
+        RoundLoopError::Verifier(remote) => remote.to_status(),
+        other => Status::internal(other.to_string()),
+    }
+}

@@ -1,0 +1,182 @@
+//! The public `specd.v1.Generation` service.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use specd_core::RequestControl;
+use specd_wire::generation::{
+    GenerateRequest, GenerateResponse, GenerateStreamResponse, Generation,
+};
+use specd_wire::limits::WithMessageLimits;
+use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+use tonic::{Request, Response, Status};
+use tracing::{debug, warn};
+
+use crate::config::{RouterConfig, TargetLimits};
+use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
+use crate::report::RequestFacts;
+use crate::run::RouterState;
+use crate::sink::{CollectSink, StreamSink};
+use crate::text::TargetText;
+use crate::validate::plan;
+
+/// Messages buffered per stream before the round loop waits for the client.
+const STREAM_BUFFER: usize = 16;
+
+/// The router could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterSetupError {
+    #[error("verifier url {url}: {reason}")]
+    VerifierUrl { url: String, reason: String },
+    #[error("verifier at {url} did not answer Stats within {waited:?}: {status}")]
+    VerifierUnavailable {
+        url: String,
+        waited: Duration,
+        status: Status,
+    },
+    #[error(transparent)]
+    Drafters(#[from] DrafterSetupError),
+}
+
+/// The Generation service: one round loop per request.
+#[derive(Clone)]
+pub struct GenerationService {
+    state: Arc<RouterState>,
+}
+
+impl GenerationService {
+    /// Connects to the verifier at `verifier_url`, retrying its Stats for up to `wait`
+    /// (the verifier may still be loading), and sets up the drafters.
+    pub async fn connect(
+        verifier_url: &str,
+        source: &DraftSource,
+        text: TargetText,
+        config: RouterConfig,
+        wait: Duration,
+    ) -> Result<Self, RouterSetupError> {
+        let channel = Endpoint::from_shared(verifier_url.to_owned())
+            .map_err(|e| RouterSetupError::VerifierUrl {
+                url: verifier_url.to_owned(),
+                reason: e.to_string(),
+            })?
+            .connect_lazy();
+        let client = VerifierClient::new(channel).with_message_limits(&config.limits);
+        let deadline = Instant::now() + wait;
+        let limits = loop {
+            match client.clone().stats(VerifierStatsRequest {}).await {
+                Ok(stats) => break TargetLimits::from(stats.into_inner()),
+                Err(status) if Instant::now() < deadline => {
+                    debug!(%status, "verifier not ready; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(status) => {
+                    return Err(RouterSetupError::VerifierUnavailable {
+                        url: verifier_url.to_owned(),
+                        waited: wait,
+                        status,
+                    })
+                }
+            }
+        };
+        if text.eos_token_ids().is_empty() {
+            warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
+        }
+        let drafters = Drafters::new(source, &config.limits)?;
+        Ok(Self {
+            state: Arc::new(RouterState::new(
+                client,
+                limits,
+                config,
+                drafters,
+                Arc::new(text),
+            )),
+        })
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.state.config
+    }
+
+    /// What the verifier reported about the target.
+    pub fn target_limits(&self) -> &TargetLimits {
+        &self.state.limits
+    }
+}
+
+#[tonic::async_trait]
+impl Generation for GenerationService {
+    type GenerateStreamStream = ReceiverStream<Result<GenerateStreamResponse, Status>>;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<GenerateResponse>, Status> {
+        let started = Instant::now();
+        let state = &self.state;
+        let plan = plan(
+            request.into_inner(),
+            &state.limits,
+            &state.config,
+            &state.text,
+        )?;
+        let facts = RequestFacts {
+            started,
+            prompt_tokens: plan.prompt_ids.len(),
+            seed: plan.sampling.seed,
+            context_capped: plan.context_capped,
+            stop: plan.stop.clone(),
+        };
+        let mut sink = CollectSink::default();
+        // A client that cancels drops this future; the round loop's guard then frees the
+        // verifier sequence and drafter session in the background.
+        let finish = state.run(plan, &mut sink, &RequestControl::new()).await?;
+        let report = facts.report(&finish, &sink.transcript, &state.text);
+        Ok(Response::new(GenerateResponse {
+            token_ids: sink.transcript.tokens,
+            text: sink.transcript.text,
+            finish_reason: report.finish_reason.into(),
+            stats: Some(report.stats),
+            matched_stop: report.matched_stop,
+        }))
+    }
+
+    async fn generate_stream(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<Self::GenerateStreamStream>, Status> {
+        let started = Instant::now();
+        let state = self.state.clone();
+        let plan = plan(
+            request.into_inner(),
+            &state.limits,
+            &state.config,
+            &state.text,
+        )?;
+        let facts = RequestFacts {
+            started,
+            prompt_tokens: plan.prompt_ids.len(),
+            seed: plan.sampling.seed,
+            context_capped: plan.context_capped,
+            stop: plan.stop.clone(),
+        };
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(async move {
+            let watch = sender.clone();
+            let mut sink = StreamSink::new(sender, facts, state.text.clone());
+            let control = RequestControl::new();
+            tokio::select! {
+                result = state.run(plan, &mut sink, &control) => {
+                    if let Err(status) = result {
+                        let _ = watch.send(Err(status)).await;
+                    }
+                }
+                // The client is gone: dropping the round loop frees its sequence and session.
+                () = watch.closed() => debug!("stream client went away; request dropped"),
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+}

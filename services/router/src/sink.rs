@@ -1,0 +1,78 @@
+//! Where a request's events go: a stream to the client, or a transcript for a unary answer.
+
+use std::sync::Arc;
+
+use specd_core::round_loop::SinkClosed;
+use specd_core::{Event, EventSink};
+use specd_wire::generation::{FinishReason, GenerateStreamResponse};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::report::{RequestFacts, Transcript};
+use crate::text::TargetText;
+
+/// Collects a unary request's output.
+#[derive(Default)]
+pub struct CollectSink {
+    pub transcript: Transcript,
+}
+
+impl EventSink for CollectSink {
+    async fn send(&mut self, event: Event) -> Result<(), SinkClosed> {
+        if let Event::Tokens(delta) = &event {
+            self.transcript.record(delta);
+        }
+        Ok(())
+    }
+}
+
+/// Sends each step to a streaming client; the receiver going away cancels the request.
+pub struct StreamSink {
+    sender: mpsc::Sender<Result<GenerateStreamResponse, Status>>,
+    transcript: Transcript,
+    facts: RequestFacts,
+    text: Arc<TargetText>,
+}
+
+impl StreamSink {
+    pub fn new(
+        sender: mpsc::Sender<Result<GenerateStreamResponse, Status>>,
+        facts: RequestFacts,
+        text: Arc<TargetText>,
+    ) -> Self {
+        Self {
+            sender,
+            transcript: Transcript::default(),
+            facts,
+            text,
+        }
+    }
+}
+
+impl EventSink for StreamSink {
+    async fn send(&mut self, event: Event) -> Result<(), SinkClosed> {
+        let message = match event {
+            Event::Tokens(delta) => {
+                self.transcript.record(&delta);
+                GenerateStreamResponse {
+                    token_ids: delta.tokens,
+                    text: delta.text,
+                    finish_reason: FinishReason::Unspecified.into(),
+                    stats: None,
+                    matched_stop: String::new(),
+                }
+            }
+            Event::Finished(finish) => {
+                let report = self.facts.report(&finish, &self.transcript, &self.text);
+                GenerateStreamResponse {
+                    token_ids: Vec::new(),
+                    text: String::new(),
+                    finish_reason: report.finish_reason.into(),
+                    stats: Some(report.stats),
+                    matched_stop: report.matched_stop,
+                }
+            }
+        };
+        self.sender.send(Ok(message)).await.map_err(|_| SinkClosed)
+    }
+}

@@ -1,0 +1,174 @@
+//! Turning a public GenerateRequest into a checked plan; every rejection names its field.
+
+use std::hash::{BuildHasher, RandomState};
+
+use specd_core::sampling::mix64;
+use specd_core::SamplingParams;
+use specd_wire::generation::{generate_request, GenerateRequest};
+use tonic::Status;
+
+use crate::config::{RouterConfig, TargetLimits};
+use crate::text::TargetText;
+
+/// How a request wants its block size chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockChoice {
+    /// No drafting at all.
+    Disabled,
+    /// This verify width every round (already capped by the router's maximum).
+    Fixed(usize),
+    /// The router's adaptive policy.
+    Adaptive,
+}
+
+/// A validated request.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub prompt_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    /// `max_tokens` was cut to the room the context leaves, so reaching it is a context
+    /// finish.
+    pub context_capped: bool,
+    pub ignore_eos: bool,
+    pub stop: Vec<String>,
+    pub block: BlockChoice,
+}
+
+/// Checks `request` against the target and the router's configuration.
+pub fn plan(
+    request: GenerateRequest,
+    limits: &TargetLimits,
+    config: &RouterConfig,
+    text: &TargetText,
+) -> Result<Plan, Status> {
+    let (prompt_ids, prompt_field) = prompt_ids(request.input, limits, text)?;
+    let sampling = sampling(request.sampling.as_ref())?;
+    if let Some(i) = request.stop.iter().position(String::is_empty) {
+        return Err(Status::invalid_argument(format!(
+            "stop[{i}]: must not be empty"
+        )));
+    }
+    if !request.stop.is_empty() && !text.has_tokenizer() {
+        return Err(Status::invalid_argument(
+            "stop: stop strings need a tokenizer; this router has none (its target directory \
+             has no tokenizer.json)",
+        ));
+    }
+    let context = limits.max_context_tokens;
+    if prompt_ids.len() >= context {
+        return Err(Status::out_of_range(format!(
+            "{prompt_field}: {} tokens leave no room in the context of {context} tokens",
+            prompt_ids.len()
+        )));
+    }
+    let room = context - prompt_ids.len();
+    let (max_tokens, context_capped) = match request.max_tokens as usize {
+        0 => {
+            let default = config.default_max_tokens as usize;
+            (default.min(room), default > room)
+        }
+        asked if asked > room => {
+            return Err(Status::out_of_range(format!(
+                "max_tokens: {} prompt tokens plus {asked} new tokens exceed the context of \
+                 {context} tokens",
+                prompt_ids.len()
+            )))
+        }
+        asked => (asked, false),
+    };
+    let block = match request.speculative {
+        Some(speculative) if speculative.disabled => BlockChoice::Disabled,
+        Some(speculative) => match speculative.block_size {
+            Some(0) => {
+                return Err(Status::invalid_argument(
+                    "speculative.block_size: must be at least 1",
+                ))
+            }
+            Some(1) => BlockChoice::Disabled,
+            Some(size) => BlockChoice::Fixed(
+                (size as usize)
+                    .min(config.max_block_size)
+                    .min(limits.max_block_size),
+            ),
+            None => BlockChoice::Adaptive,
+        },
+        None => BlockChoice::Adaptive,
+    };
+    Ok(Plan {
+        prompt_ids,
+        sampling,
+        max_tokens,
+        context_capped,
+        ignore_eos: request.ignore_eos,
+        stop: request.stop,
+        block,
+    })
+}
+
+fn prompt_ids(
+    input: Option<generate_request::Input>,
+    limits: &TargetLimits,
+    text: &TargetText,
+) -> Result<(Vec<u32>, &'static str), Status> {
+    let (ids, field) = match input {
+        None => {
+            return Err(Status::invalid_argument(
+                "input: set either prompt or prompt_ids",
+            ))
+        }
+        Some(generate_request::Input::PromptIds(ids)) => (ids.ids, "prompt_ids"),
+        Some(generate_request::Input::Prompt(prompt)) => {
+            if prompt.is_empty() {
+                return Err(Status::invalid_argument("prompt: must not be empty"));
+            }
+            let ids = text
+                .encode(&prompt)
+                .ok_or_else(|| {
+                    Status::invalid_argument(
+                        "prompt: this router has no tokenizer; send prompt_ids instead",
+                    )
+                })?
+                .map_err(|e| Status::invalid_argument(format!("prompt: {e}")))?;
+            (ids, "prompt")
+        }
+    };
+    if ids.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{field}: must not be empty"
+        )));
+    }
+    let vocab = limits.vocab_size;
+    if let Some(i) = ids.iter().position(|&t| t as usize >= vocab) {
+        return Err(Status::invalid_argument(format!(
+            "{field}[{i}]: token id {} is not below the vocabulary size {vocab}",
+            ids[i]
+        )));
+    }
+    Ok((ids, field))
+}
+
+/// The request's sampling with the defaults filled in: greedy, no nucleus, no top-k, and a
+/// freshly drawn seed when none is given.
+fn sampling(
+    wire: Option<&specd_wire::generation::SamplingParams>,
+) -> Result<SamplingParams, Status> {
+    let params = SamplingParams {
+        temperature: wire.and_then(|s| s.temperature).unwrap_or(0.0),
+        top_p: wire.and_then(|s| s.top_p).unwrap_or(1.0),
+        top_k: wire.and_then(|s| s.top_k).unwrap_or(0),
+        seed: wire.and_then(|s| s.seed).unwrap_or_else(fresh_seed),
+    };
+    params.validate().map_err(|error| {
+        Status::invalid_argument(format!("sampling.{}: {}", error.field, error.reason))
+    })?;
+    Ok(params)
+}
+
+/// A seed nobody chose: the process's random hasher keys mixed with a counter.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    let keyed = RandomState::new().hash_one(DRAWN.fetch_add(1, Ordering::Relaxed));
+    mix64(keyed)
+}

@@ -1,0 +1,12 @@
+//! The router end to end: real verifier, drafter and router servers on 127.0.0.1 running the
+//! tiny Gemma 4 fixtures, driven through the public Generation API.
+
+mod support;
+
+mod cancellation;
+mod errors;
+mod fallback;
+mod health;
+mod lossless;
+mod streaming;
+mod text;

@@ -1,0 +1,204 @@
+//! Prefill: validation up front, then the model run and the response stream.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use specd_core::{PrefillRequest as CorePrefill, SeqId};
+use specd_wire::kv::snapshot_chunks;
+use specd_wire::verifier::{prefill_response, PrefillHead, PrefillRequest, PrefillResponse};
+use tokio::sync::mpsc;
+use tonic::Status;
+use tracing::debug;
+
+use super::convert::{hidden_to_wire, position, snapshot_of};
+use super::prefill_stream::SequenceHandover;
+use super::sampling::sampling_from_wire;
+use super::sequences::{SeqWire, Sequences};
+use super::status::{join_failed, status_of};
+use crate::target::TargetModel;
+
+/// Messages buffered between the producer and the transport; a slow reader holds the
+/// producer back instead of growing memory.
+const STREAM_BUFFER: usize = 4;
+
+/// A prefill that passed validation.
+pub(crate) struct PrefillPlan {
+    pub core: CorePrefill,
+    pub chunk_bytes: usize,
+}
+
+/// Checks everything that needs no model run, so bad input is answered before a stream
+/// starts, each error naming its field.
+pub(crate) fn plan_prefill<T: TargetModel>(
+    sequences: &Sequences<T>,
+    request: PrefillRequest,
+    default_chunk: impl Fn(u64) -> usize,
+) -> Result<PrefillPlan, Status> {
+    let target = sequences.local().target();
+    let prompt = &request.prompt_ids;
+    if prompt.is_empty() {
+        return Err(Status::invalid_argument("prompt_ids: must not be empty"));
+    }
+    let vocab = target.vocab_size();
+    if let Some(i) = prompt.iter().position(|&t| t as usize >= vocab) {
+        return Err(Status::invalid_argument(format!(
+            "prompt_ids[{i}]: token id {} is not below the vocabulary size {vocab}",
+            prompt[i]
+        )));
+    }
+    let sampling = sampling_from_wire(request.sampling.as_ref())?;
+    let context = target.max_context();
+    if prompt.len() >= context {
+        return Err(Status::out_of_range(format!(
+            "prompt_ids: {} tokens leave no room in the context of {context} tokens",
+            prompt.len()
+        )));
+    }
+    if request.max_new_tokens == 0 {
+        return Err(Status::invalid_argument(
+            "max_new_tokens: must be at least 1",
+        ));
+    }
+    let total = prompt.len().saturating_add(request.max_new_tokens as usize);
+    if total > context {
+        return Err(Status::out_of_range(format!(
+            "max_new_tokens: {} prompt tokens plus {} new tokens exceed the context of \
+             {context} tokens",
+            prompt.len(),
+            request.max_new_tokens
+        )));
+    }
+    Ok(PrefillPlan {
+        chunk_bytes: default_chunk(request.max_chunk_bytes),
+        core: CorePrefill {
+            seq: SeqId(0),
+            prompt_ids: request.prompt_ids,
+            sampling,
+            want_carry: request.with_mtp_state,
+        },
+    })
+}
+
+/// Runs the prompt and builds every message of the stream: the head, then the snapshot
+/// chunks when the sequence serves an MTP drafter. Blocking.
+fn run_prefill<T: TargetModel>(
+    sequences: &Sequences<T>,
+    mut plan: PrefillPlan,
+) -> Result<(SeqId, Vec<PrefillResponse>), Status> {
+    let seq = sequences.allocate();
+    plan.core.seq = seq;
+    let with_mtp_state = plan.core.want_carry;
+    let committed_len = position(plan.core.prompt_ids.len(), "committed_len")?;
+    let prefilled = sequences
+        .local()
+        .prefill_sync(plan.core)
+        .map_err(status_of)?;
+    let built = prefill_messages(
+        seq,
+        prefilled,
+        committed_len,
+        with_mtp_state,
+        plan.chunk_bytes,
+    );
+    match built {
+        Ok((messages, sliding_start)) => {
+            sequences.insert(
+                seq,
+                SeqWire {
+                    with_mtp_state,
+                    last_round: 0,
+                    committed_len,
+                    mirror_sliding_start: sliding_start,
+                    last_answer: None,
+                    last_used: Instant::now(),
+                },
+            );
+            Ok((seq, messages))
+        }
+        Err(status) => {
+            sequences.release(seq);
+            Err(status)
+        }
+    }
+}
+
+fn prefill_messages(
+    seq: SeqId,
+    prefilled: specd_core::Prefilled<crate::TargetCarry>,
+    committed_len: u32,
+    with_mtp_state: bool,
+    chunk_bytes: usize,
+) -> Result<(Vec<PrefillResponse>, u32), Status> {
+    let carry = match (with_mtp_state, prefilled.carry) {
+        (true, None) => return Err(Status::internal("prefill: the target returned no carry")),
+        (_, carry) => carry,
+    };
+    let mut head = PrefillHead {
+        seq_id: seq.0,
+        first_token: prefilled.first_token,
+        committed_len,
+        hidden: None,
+    };
+    let mut messages = Vec::new();
+    let mut sliding_start = 0;
+    if let Some(carry) = carry.filter(|_| with_mtp_state) {
+        head.hidden = Some(hidden_to_wire(&carry.hidden, "head.hidden")?);
+        let shared = carry.shared_kv.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "with_mtp_state: this target exports no shared K/V for an MTP drafter",
+            )
+        })?;
+        let snapshot = snapshot_of(committed_len, shared)?;
+        sliding_start = snapshot.sliding_start;
+        for chunk in snapshot_chunks(&snapshot, chunk_bytes)? {
+            messages.push(PrefillResponse {
+                body: Some(prefill_response::Body::Snapshot(chunk)),
+            });
+        }
+    }
+    messages.insert(
+        0,
+        PrefillResponse {
+            body: Some(prefill_response::Body::Head(head)),
+        },
+    );
+    Ok((messages, sliding_start))
+}
+
+/// Runs the prefill and feeds the stream. Spawned, so it finishes (and cleans up) even when
+/// the client is gone; a message that cannot be delivered releases the sequence.
+pub(crate) async fn produce<T: TargetModel>(
+    sequences: Arc<Sequences<T>>,
+    plan: PrefillPlan,
+    sender: mpsc::Sender<PrefillItem>,
+    handover: Arc<SequenceHandover>,
+) {
+    let blocking = sequences.clone();
+    let outcome = tokio::task::spawn_blocking(move || run_prefill(&blocking, plan))
+        .await
+        .map_err(join_failed)
+        .and_then(|result| result);
+    let (seq, messages) = match outcome {
+        Ok(done) => done,
+        Err(status) => {
+            let _ = sender.send(Err(status)).await;
+            return;
+        }
+    };
+    handover.adopt(seq);
+    for message in messages {
+        if sender.send(Ok(message)).await.is_err() {
+            debug!(%seq, "prefill client went away");
+            handover.abandon();
+            return;
+        }
+    }
+}
+
+/// One message of the Prefill stream, or the error that ends it.
+pub(crate) type PrefillItem = Result<PrefillResponse, Status>;
+
+/// The channel a prefill stream reads from.
+pub(crate) fn stream_channel() -> (mpsc::Sender<PrefillItem>, mpsc::Receiver<PrefillItem>) {
+    mpsc::channel(STREAM_BUFFER)
+}

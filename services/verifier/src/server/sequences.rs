@@ -1,0 +1,114 @@
+//! The server's view of each sequence: round bookkeeping next to the model cache that the
+//! [`LocalVerifier`] holds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use specd_core::SeqId;
+use specd_wire::verifier::VerifyResponse;
+use tonic::Status;
+
+use super::status::unknown_sequence;
+use crate::local::LocalVerifier;
+use crate::target::TargetModel;
+
+/// The answer of the last applied round, replayed to a retry.
+pub(crate) struct Replay {
+    pub tokens: Vec<u32>,
+    pub response: VerifyResponse,
+}
+
+/// Per-sequence protocol state.
+pub(crate) struct SeqWire {
+    /// The sequence ships hidden states and K/V deltas to an MTP drafter.
+    pub with_mtp_state: bool,
+    /// Last applied round (0 after prefill).
+    pub last_round: u64,
+    /// Tokens in the target cache.
+    pub committed_len: u32,
+    /// First sliding row of the drafter's mirror, as the snapshot and deltas so far left it;
+    /// the next delta evicts up to the verifier's own first sliding row.
+    pub mirror_sliding_start: u32,
+    pub last_answer: Option<Replay>,
+    pub last_used: Instant,
+}
+
+/// Every live sequence of one server.
+pub(crate) struct Sequences<T: TargetModel> {
+    local: Arc<LocalVerifier<T>>,
+    table: Mutex<HashMap<u64, Arc<Mutex<SeqWire>>>>,
+    next_id: AtomicU64,
+}
+
+/// Locks protocol state; a panic mid-update leaves at worst a stale replay, which a later
+/// round overwrites, so a poisoned lock is still usable.
+pub(crate) fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<T: TargetModel> Sequences<T> {
+    pub fn new(local: Arc<LocalVerifier<T>>) -> Self {
+        Self {
+            local,
+            table: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn local(&self) -> &LocalVerifier<T> {
+        &self.local
+    }
+
+    /// A fresh sequence id, never reused by this process.
+    pub fn allocate(&self) -> SeqId {
+        SeqId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn insert(&self, seq: SeqId, state: SeqWire) {
+        lock(&self.table).insert(seq.0, Arc::new(Mutex::new(state)));
+    }
+
+    /// The protocol state of `seq_id`, or NOT_FOUND naming the field.
+    pub fn entry(&self, seq_id: u64) -> Result<Arc<Mutex<SeqWire>>, Status> {
+        lock(&self.table)
+            .get(&seq_id)
+            .cloned()
+            .ok_or_else(|| unknown_sequence(seq_id))
+    }
+
+    /// Frees the sequence's cache and state; false when neither was held.
+    pub fn release(&self, seq: SeqId) -> bool {
+        let had_state = lock(&self.table).remove(&seq.0).is_some();
+        let had_cache = self.local.release_sync(seq);
+        had_state || had_cache
+    }
+
+    /// Sequences not used for `timeout` and not in use right now.
+    pub fn idle(&self, timeout: Duration) -> Vec<SeqId> {
+        let entries: Vec<(u64, Arc<Mutex<SeqWire>>)> = lock(&self.table)
+            .iter()
+            .map(|(id, state)| (*id, state.clone()))
+            .collect();
+        entries
+            .into_iter()
+            .filter(|(_, state)| match state.try_lock() {
+                Ok(state) => state.last_used.elapsed() >= timeout,
+                Err(_) => false,
+            })
+            .map(|(id, _)| SeqId(id))
+            .collect()
+    }
+}
+
+/// Releases a sequence by id; the prefill stream holds one without knowing the target type.
+pub(crate) trait ReleaseSequence: Send + Sync {
+    fn release_sequence(&self, seq: SeqId) -> bool;
+}
+
+impl<T: TargetModel> ReleaseSequence for Sequences<T> {
+    fn release_sequence(&self, seq: SeqId) -> bool {
+        self.release(seq)
+    }
+}

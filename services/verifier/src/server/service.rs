@@ -1,0 +1,153 @@
+//! The gRPC handlers.
+
+use std::sync::Arc;
+
+use specd_core::SeqId;
+use specd_wire::verifier::{
+    PrefillRequest, ReleaseRequest, ReleaseResponse, SnapshotRequest, TruncateRequest,
+    TruncateResponse, Verifier, VerifierStatsRequest, VerifierStatsResponse, VerifyRequest,
+    VerifyResponse,
+};
+use specd_wire::SnapshotChunk;
+use tonic::{Request, Response, Status};
+
+use super::config::VerifierServerConfig;
+use super::prefill::{plan_prefill, produce, stream_channel};
+use super::prefill_stream::{PrefillStream, SequenceHandover};
+use super::sequences::Sequences;
+use super::status::join_failed;
+use crate::local::LocalVerifier;
+use crate::target::{TargetModel, MAX_ROLLBACK};
+
+/// The Verifier service of one target model.
+pub struct VerifierService<T: TargetModel> {
+    sequences: Arc<Sequences<T>>,
+    config: VerifierServerConfig,
+}
+
+impl<T: TargetModel> VerifierService<T> {
+    pub fn new(local: Arc<LocalVerifier<T>>, config: VerifierServerConfig) -> Self {
+        Self {
+            sequences: Arc::new(Sequences::new(local)),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &VerifierServerConfig {
+        &self.config
+    }
+
+    /// The sequences this service holds (and the reaper expires).
+    pub(crate) fn sequences(&self) -> &Arc<Sequences<T>> {
+        &self.sequences
+    }
+
+    /// Runs `work` on the blocking pool with this service's sequences.
+    async fn blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Sequences<T>) -> Result<R, Status> + Send + 'static,
+    ) -> Result<R, Status> {
+        let sequences = self.sequences.clone();
+        tokio::task::spawn_blocking(move || work(&sequences))
+            .await
+            .map_err(join_failed)?
+    }
+}
+
+type SnapshotStream = tokio_stream::Iter<std::vec::IntoIter<Result<SnapshotChunk, Status>>>;
+
+#[tonic::async_trait]
+impl<T: TargetModel> Verifier for VerifierService<T> {
+    type PrefillStream = PrefillStream;
+    type SnapshotStream = SnapshotStream;
+
+    async fn prefill(
+        &self,
+        request: Request<PrefillRequest>,
+    ) -> Result<Response<PrefillStream>, Status> {
+        let limits = self.config.limits;
+        let plan = plan_prefill(&self.sequences, request.into_inner(), |asked| {
+            limits.chunk_bytes_for(asked)
+        })?;
+        let (sender, receiver) = stream_channel();
+        let handover = SequenceHandover::new(self.sequences.clone());
+        tokio::spawn(produce(
+            self.sequences.clone(),
+            plan,
+            sender,
+            handover.clone(),
+        ));
+        Ok(Response::new(PrefillStream::new(receiver, handover)))
+    }
+
+    async fn verify(
+        &self,
+        request: Request<VerifyRequest>,
+    ) -> Result<Response<VerifyResponse>, Status> {
+        let request = request.into_inner();
+        self.blocking(move |sequences| sequences.verify(request))
+            .await
+            .map(Response::new)
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<SnapshotRequest>,
+    ) -> Result<Response<SnapshotStream>, Status> {
+        let request = request.into_inner();
+        let chunk_bytes = self.config.limits.chunk_bytes_for(request.max_chunk_bytes);
+        let chunks = self
+            .blocking(move |sequences| sequences.snapshot(request.seq_id, chunk_bytes))
+            .await?;
+        let messages: Vec<_> = chunks.into_iter().map(Ok).collect();
+        Ok(Response::new(tokio_stream::iter(messages)))
+    }
+
+    async fn truncate(
+        &self,
+        request: Request<TruncateRequest>,
+    ) -> Result<Response<TruncateResponse>, Status> {
+        let request = request.into_inner();
+        let committed_len = self
+            .blocking(move |sequences| sequences.truncate(request.seq_id, request.committed_len))
+            .await?;
+        Ok(Response::new(TruncateResponse { committed_len }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseResponse>, Status> {
+        // Only table entries are removed; a round in flight finishes on its own copy of the
+        // handle and frees the cache when it ends.
+        let released = self.sequences.release(SeqId(request.into_inner().seq_id));
+        Ok(Response::new(ReleaseResponse { released }))
+    }
+
+    async fn stats(
+        &self,
+        _request: Request<VerifierStatsRequest>,
+    ) -> Result<Response<VerifierStatsResponse>, Status> {
+        let model = self.config.model_name.clone();
+        self.blocking(move |sequences| {
+            let local = sequences.local();
+            let target = local.target();
+            Ok(VerifierStatsResponse {
+                live_sequences: saturate(local.sequence_count()),
+                kv_bytes: local.kv_bytes() as u64,
+                kv_capacity_bytes: 0,
+                max_sequences: saturate(local.limits().max_sequences),
+                max_context_tokens: saturate(target.max_context()),
+                max_block_size: saturate(MAX_ROLLBACK + 1),
+                vocab_size: saturate(target.vocab_size()),
+                model,
+            })
+        })
+        .await
+        .map(Response::new)
+    }
+}
+
+fn saturate(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}

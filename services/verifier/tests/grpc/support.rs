@@ -1,0 +1,190 @@
+//! A verifier server on an ephemeral port and helpers to drive it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use candle_core::{DType, Device};
+use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
+use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
+use specd_wire::verifier::{
+    prefill_response, PrefillHead, PrefillRequest, VerifierClient, VerifierStatsRequest,
+    VerifyRequest, VerifyResponse,
+};
+use specd_wire::{Sampling, SnapshotChunk};
+use tokio::sync::oneshot;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Channel;
+use tonic::Status;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/models/tests/fixtures/gemma4")
+        .join(name)
+}
+
+pub fn load_target(name: &str) -> Arc<Gemma4Target> {
+    Arc::new(Gemma4Target::load(&fixture(name), DType::F32, &Device::Cpu).unwrap())
+}
+
+/// A running verifier; dropping it stops the server.
+pub struct TestVerifier {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+pub struct Options {
+    pub max_sequences: usize,
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_sequences: 64,
+            idle_timeout: None,
+        }
+    }
+}
+
+impl TestVerifier {
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Self {
+        let local = LocalVerifier::new(
+            load_target("target-full"),
+            VerifierLimits {
+                max_sequences: options.max_sequences,
+            },
+        );
+        let config = VerifierServerConfig {
+            idle_timeout: options.idle_timeout,
+            model_name: "target-full".into(),
+            ..VerifierServerConfig::default()
+        };
+        let service = VerifierService::new(Arc::new(local), config);
+        let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = incoming.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            serve(service, incoming, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self { addr, _stop: stop }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    pub async fn client(&self) -> VerifierClient<Channel> {
+        VerifierClient::new(self.channel().await)
+    }
+}
+
+pub fn greedy() -> Option<Sampling> {
+    Some(Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 0,
+    })
+}
+
+pub fn prefill_request(prompt: &[u32], with_mtp_state: bool) -> PrefillRequest {
+    PrefillRequest {
+        prompt_ids: prompt.to_vec(),
+        sampling: greedy(),
+        max_new_tokens: 64,
+        with_mtp_state,
+        max_chunk_bytes: 0,
+    }
+}
+
+/// A prefill read to the end: the head and the snapshot chunks.
+pub struct Prefilled {
+    pub head: PrefillHead,
+    pub snapshot: Vec<SnapshotChunk>,
+}
+
+pub async fn prefill(
+    client: &mut VerifierClient<Channel>,
+    request: PrefillRequest,
+) -> Result<Prefilled, Status> {
+    let mut stream = client.prefill(request).await?.into_inner();
+    let mut head = None;
+    let mut snapshot = Vec::new();
+    while let Some(message) = stream.message().await? {
+        match message.body.unwrap() {
+            prefill_response::Body::Head(h) => {
+                assert!(head.is_none(), "one head per stream");
+                head = Some(h);
+            }
+            prefill_response::Body::Snapshot(chunk) => {
+                assert!(head.is_some(), "the head comes first");
+                snapshot.push(chunk);
+            }
+        }
+    }
+    Ok(Prefilled {
+        head: head.expect("a head"),
+        snapshot,
+    })
+}
+
+pub fn verify_request(
+    seq_id: u64,
+    round: u64,
+    tokens: &[u32],
+    output_index_base: u32,
+    committed_len: u32,
+) -> VerifyRequest {
+    VerifyRequest {
+        seq_id,
+        round,
+        tokens: tokens.to_vec(),
+        budget: 1000,
+        output_index_base,
+        committed_len,
+    }
+}
+
+pub async fn verify(
+    client: &mut VerifierClient<Channel>,
+    request: VerifyRequest,
+) -> Result<VerifyResponse, Status> {
+    Ok(client.verify(request).await?.into_inner())
+}
+
+pub async fn live_sequences(client: &mut VerifierClient<Channel>) -> u32 {
+    client
+        .stats(VerifierStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .live_sequences
+}
+
+/// Polls Stats until no sequence is live; false if some are still live after a generous
+/// wait (cleanup runs in the background, so it may lag the client's last call).
+pub async fn drained(client: &mut VerifierClient<Channel>) -> bool {
+    for _ in 0..200 {
+        if live_sequences(client).await == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+pub const PROMPT: [u32; 12] = [2, 17, 101, 45, 9, 200, 17, 101, 45, 77, 3, 64];
