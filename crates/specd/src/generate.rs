@@ -12,11 +12,14 @@ use specd_core::{
     BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, NgramDrafter,
     RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
 };
-use specd_verifier::{Gemma4Target, LocalVerifier, TargetCarry, VerifierLimits};
+use specd_verifier::{
+    Gemma4Target, LocalVerifier, Qwen2Target, TargetCarry, TargetModel, VerifierLimits,
+};
 
 use crate::device::{DTypeArg, DeviceArg};
+use crate::embedded_draft_model::EmbeddedDraftModel;
 use crate::embedded_mtp::EmbeddedMtp;
-use crate::text::{NoText, TextTokenizer};
+use crate::text::{GgufText, NoText, TextTokenizer};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -29,6 +32,9 @@ pub struct GenerateArgs {
     /// Prompt text (needs tokenizer.json in the target directory).
     #[arg(long)]
     pub prompt: Option<String>,
+    /// With a GGUF target, tokenize --prompt as is instead of through the chat template.
+    #[arg(long)]
+    pub raw_prompt: bool,
     /// Most tokens to generate.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
@@ -57,8 +63,8 @@ pub struct GenerateArgs {
     /// `mtp` runs the Gemma 4 assistant given by --drafter.
     #[arg(long, value_enum, conflicts_with = "no_draft")]
     pub draft: Option<EmbeddedDraft>,
-    /// Gemma 4 assistant checkpoint directory, for --draft mtp.
-    #[arg(long, required_if_eq("draft", "mtp"))]
+    /// Drafter: a Gemma 4 assistant directory (--draft mtp) or a GGUF file (--draft draft-model).
+    #[arg(long, required_if_eq_any([("draft", "mtp"), ("draft", "draft-model")]))]
     pub drafter: Option<PathBuf>,
     /// Verify block size while drafting: the bonus token plus up to block_size - 1 drafts.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=17))]
@@ -79,6 +85,8 @@ pub enum EmbeddedDraft {
     Ngram,
     /// Multi-token prediction with a Gemma 4 assistant.
     Mtp,
+    /// An independent small LM (a GGUF sharing the target's vocabulary).
+    DraftModel,
 }
 
 /// Prints text as it arrives and keeps every token.
@@ -120,33 +128,140 @@ fn stats_json(stats: &SpecStats) -> serde_json::Value {
     })
 }
 
+/// How the prompt was given, resolved to ids.
+fn prompt_ids_from(
+    args: &GenerateArgs,
+    encode: Option<&dyn Fn(&str) -> Result<Vec<u32>>>,
+) -> Result<Vec<u32>> {
+    match (&args.prompt_ids, &args.prompt, encode) {
+        (Some(ids), _, _) => Ok(ids.clone()),
+        (None, Some(text), Some(encode)) => encode(text),
+        (None, Some(_), None) => bail!(
+            "--prompt needs tokenizer.json in {}; pass --prompt-ids instead",
+            args.target.display()
+        ),
+        (None, None, _) => bail!("give a prompt with --prompt-ids or --prompt"),
+    }
+}
+
+fn is_gguf(path: &std::path::Path) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
+    if is_gguf(&args.target) {
+        run_gguf(args)
+    } else {
+        run_safetensors(args)
+    }
+}
+
+/// A GGUF (Qwen2) target: text through its tokenizer and chat template; drafts from an n-gram
+/// lookup or an independent draft model.
+fn run_gguf(args: GenerateArgs) -> Result<()> {
+    let device = args.device.device()?;
+    let text = GgufText::for_model(&args.target)?;
+    let encode = |s: &str| {
+        if args.raw_prompt {
+            text.encode_raw(s)
+        } else {
+            text.encode_chat(s)
+        }
+    };
+    let prompt_ids = prompt_ids_from(&args, Some(&encode))?;
+    let target = Qwen2Target::load(&args.target, &device, text.eos_token_ids())
+        .with_context(|| format!("loading the target from {}", args.target.display()))?;
+    let vocab = specd_verifier::TargetModel::vocab_size(&target);
+    let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
+    let choice = match (args.draft, &args.drafter) {
+        (Some(EmbeddedDraft::Mtp), _) => {
+            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
+        }
+        (Some(EmbeddedDraft::DraftModel), Some(path)) => Some(
+            EmbeddedDraftModel::load(path, &device, vocab)
+                .with_context(|| format!("loading the drafter from {}", path.display()))?,
+        ),
+        _ => None,
+    };
+    let drafter = match &choice {
+        Some(d) => DrafterChoice::DraftModel(d),
+        None if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
+        None => DrafterChoice::None,
+    };
+    generate_with(&args, &verifier, prompt_ids, &text, true, drafter)
+}
+
+/// A safetensors (Gemma 4) target directory.
+fn run_safetensors(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
     let tokenizer = TextTokenizer::from_dir(&args.target)?;
-    let prompt_ids = match (&args.prompt_ids, &args.prompt, &tokenizer) {
-        (Some(ids), _, _) => ids.clone(),
-        (None, Some(text), Some(tok)) => tok.encode(text)?,
-        (None, Some(_), None) => {
-            bail!(
-                "--prompt needs tokenizer.json in {}; pass --prompt-ids instead",
-                args.target.display()
-            )
+    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode(s));
+    let prompt_ids = prompt_ids_from(
+        &args,
+        encode
+            .as_ref()
+            .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
+    )?;
+    let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
+        .with_context(|| format!("loading the target from {}", args.target.display()))?;
+    let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
+    let mtp = match (args.draft, &args.drafter) {
+        (Some(EmbeddedDraft::Mtp), Some(dir)) => Some(
+            EmbeddedMtp::load(dir, &args.target, args.dtype.dtype(), &device)
+                .with_context(|| format!("loading the drafter from {}", dir.display()))?,
+        ),
+        (Some(EmbeddedDraft::DraftModel), _) => {
+            bail!("--draft draft-model needs a GGUF target file")
         }
-        (None, None, _) => bail!("give a prompt with --prompt-ids or --prompt"),
+        _ => None,
     };
-    let block_size = match args.draft {
-        Some(_) => BlockSizeConfig::fixed(args.block_size as usize),
-        None => {
+    let drafter = match &mtp {
+        Some(m) => DrafterChoice::Mtp(m),
+        None if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
+        None => DrafterChoice::None,
+    };
+    let has_text = tokenizer.is_some();
+    let detokenizer: Box<dyn Detokenizer> = match tokenizer {
+        Some(t) => Box::new(t),
+        None => Box::new(NoText),
+    };
+    generate_with(
+        &args,
+        &verifier,
+        prompt_ids,
+        detokenizer.as_ref(),
+        has_text,
+        drafter,
+    )
+}
+
+enum DrafterChoice<'a> {
+    None,
+    Ngram,
+    Mtp(&'a EmbeddedMtp),
+    DraftModel(&'a EmbeddedDraftModel),
+}
+
+fn generate_with<T: TargetModel>(
+    args: &GenerateArgs,
+    verifier: &LocalVerifier<T>,
+    prompt_ids: Vec<u32>,
+    detokenizer: &dyn Detokenizer,
+    has_text: bool,
+    drafter: DrafterChoice<'_>,
+) -> Result<()> {
+    let block_size = match drafter {
+        DrafterChoice::None => {
             if !args.no_draft {
                 tracing::info!("no drafter given: decoding with the target alone");
             }
             BlockSizeConfig::PLAIN
         }
+        _ => BlockSizeConfig::fixed(args.block_size as usize),
     };
-    let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
-        .with_context(|| format!("loading the target from {}", args.target.display()))?;
-    let eos = specd_verifier::TargetModel::eos_token_ids(&target);
-    let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
     let request = GenerationRequest {
         seq: SeqId(1),
         session: SessionId(1),
@@ -159,17 +274,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         },
         stop: StopConditions {
             max_tokens: args.max_tokens,
-            eos_token_ids: eos,
+            eos_token_ids: verifier.target().eos_token_ids(),
             ignore_eos: args.ignore_eos,
             stop_token_ids: Vec::new(),
             stop_strings: args.stop.clone(),
         },
         block_size,
-    };
-    let has_text = tokenizer.is_some();
-    let detokenizer: Box<dyn Detokenizer> = match tokenizer {
-        Some(t) => Box::new(t),
-        None => Box::new(NoText),
     };
     let mut sink = PrintSink {
         stream: !args.json,
@@ -179,25 +289,22 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let control = RequestControl::default();
-    let detokenizer = detokenizer.as_ref();
-    let finish = match (args.draft, &args.drafter) {
-        (Some(EmbeddedDraft::Mtp), Some(dir)) => {
-            let mtp = EmbeddedMtp::load(dir, &args.target, args.dtype.dtype(), &device)
-                .with_context(|| format!("loading the drafter from {}", dir.display()))?;
-            runtime.block_on(
-                RoundLoop::new(&verifier, Some(&mtp), detokenizer)
-                    .run(request, &mut sink, &control),
-            )
-        }
-        (Some(EmbeddedDraft::Ngram), _) => {
+    let finish = match drafter {
+        DrafterChoice::Mtp(mtp) => runtime.block_on(
+            RoundLoop::new(verifier, Some(mtp), detokenizer).run(request, &mut sink, &control),
+        ),
+        DrafterChoice::DraftModel(dm) => runtime.block_on(
+            RoundLoop::new(verifier, Some(dm), detokenizer).run(request, &mut sink, &control),
+        ),
+        DrafterChoice::Ngram => {
             let ngram = NgramDrafter::<TargetCarry>::default();
             runtime.block_on(
-                RoundLoop::new(&verifier, Some(&ngram), detokenizer)
+                RoundLoop::new(verifier, Some(&ngram), detokenizer)
                     .run(request, &mut sink, &control),
             )
         }
-        _ => runtime
-            .block_on(RoundLoop::plain(&verifier, detokenizer).run(request, &mut sink, &control)),
+        DrafterChoice::None => runtime
+            .block_on(RoundLoop::plain(verifier, detokenizer).run(request, &mut sink, &control)),
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {

@@ -2,6 +2,7 @@
 
 mod device;
 mod draft;
+mod embedded_draft_model;
 mod embedded_mtp;
 mod generate;
 mod serve;

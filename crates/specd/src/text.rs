@@ -48,3 +48,52 @@ impl Detokenizer for NoText {
         Ok(String::new())
     }
 }
+
+/// Text through a GGUF model's own tokenizer and chat template.
+pub struct GgufText {
+    tokenizer: specd_models::qwen2::Qwen2Tokenizer,
+    template: specd_models::qwen2::ChatTemplate,
+}
+
+impl GgufText {
+    pub fn for_model(path: &Path) -> Result<Self> {
+        use specd_models::qwen2::{ChatTemplate, GgufFile, Qwen2Tokenizer};
+        let tokenizer = Qwen2Tokenizer::for_model(path)
+            .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+        let gguf = GgufFile::open(path)?;
+        let template = match ChatTemplate::from_gguf_metadata(gguf.metadata()) {
+            Ok(t) => t,
+            Err(_) => ChatTemplate::qwen2_5()?,
+        };
+        Ok(Self {
+            tokenizer,
+            template,
+        })
+    }
+
+    /// The prompt as the model's chat template renders one user message, ready for the reply.
+    pub fn encode_chat(&self, user: &str) -> Result<Vec<u32>> {
+        use specd_models::qwen2::ChatMessage;
+        let text = self
+            .template
+            .render(&[ChatMessage::user(user)], true)
+            .context("rendering the chat template")?;
+        Ok(self.tokenizer.encode(&text)?)
+    }
+
+    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.tokenizer.encode(text)?)
+    }
+
+    pub fn eos_token_ids(&self) -> Vec<u32> {
+        self.tokenizer.eos_token_ids().to_vec()
+    }
+}
+
+impl Detokenizer for GgufText {
+    fn decode(&self, ids: &[u32]) -> Result<String, DetokenizeError> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| DetokenizeError(e.to_string()))
+    }
+}
