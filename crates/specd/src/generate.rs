@@ -128,11 +128,11 @@ fn stats_json(stats: &SpecStats) -> serde_json::Value {
     })
 }
 
+/// Turns prompt text into token ids.
+type Encode<'a> = &'a dyn Fn(&str) -> Result<Vec<u32>>;
+
 /// How the prompt was given, resolved to ids.
-fn prompt_ids_from(
-    args: &GenerateArgs,
-    encode: Option<&dyn Fn(&str) -> Result<Vec<u32>>>,
-) -> Result<Vec<u32>> {
+fn prompt_ids_from(args: &GenerateArgs, encode: Option<Encode<'_>>) -> Result<Vec<u32>> {
     match (&args.prompt_ids, &args.prompt, encode) {
         (Some(ids), _, _) => Ok(ids.clone()),
         (None, Some(text), Some(encode)) => encode(text),
