@@ -17,9 +17,9 @@ use specd_verifier::{
 };
 
 use crate::device::{DTypeArg, DeviceArg};
-use crate::embedded_draft_model::EmbeddedDraftModel;
-use crate::embedded_mtp::EmbeddedMtp;
+use crate::embedded_drafter::EmbeddedDrafter;
 use crate::text::{GgufText, NoText, TextTokenizer};
+use crate::{embedded_draft_model, embedded_mtp};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -181,7 +181,7 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
             bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
         }
         (Some(EmbeddedDraft::DraftModel), Some(path)) => Some(
-            EmbeddedDraftModel::load(path, &device, vocab)
+            embedded_draft_model::load(path, &device, vocab)
                 .with_context(|| format!("loading the drafter from {}", path.display()))?,
         ),
         _ => None,
@@ -210,7 +210,7 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
     let mtp = match (args.draft, &args.drafter) {
         (Some(EmbeddedDraft::Mtp), Some(dir)) => Some(
-            EmbeddedMtp::load(dir, &args.target, args.dtype.dtype(), &device)
+            embedded_mtp::load(dir, &args.target, args.dtype.dtype(), &device)
                 .with_context(|| format!("loading the drafter from {}", dir.display()))?,
         ),
         (Some(EmbeddedDraft::DraftModel), _) => {
@@ -241,8 +241,8 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
 enum DrafterChoice<'a> {
     None,
     Ngram,
-    Mtp(&'a EmbeddedMtp),
-    DraftModel(&'a EmbeddedDraftModel),
+    Mtp(&'a EmbeddedDrafter<specd_drafter::MtpEngine>),
+    DraftModel(&'a EmbeddedDrafter<specd_drafter::DraftModelEngine>),
 }
 
 fn generate_with<T: TargetModel>(

@@ -1,0 +1,108 @@
+//! A drafter engine of the drafter service run in this process for `specd generate`: fed the
+//! verifier's carries directly instead of over gRPC, behind core's [`Drafter`].
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use specd_core::{DraftRequest, Drafter, OpenRequest, SessionId};
+use specd_drafter::{DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource};
+use specd_verifier::TargetCarry;
+
+/// How an engine's sessions are fed from the in-process verifier's carries.
+pub trait InProcessCarry: DraftEngine {
+    /// Where a session starts, and the carries to apply right after opening.
+    fn open_from(
+        &self,
+        request: &OpenRequest<TargetCarry>,
+    ) -> Result<(SessionSource, Vec<DraftCarry>), EngineError>;
+
+    /// The carries a draft request brings, oldest first.
+    fn carries_of(
+        &self,
+        request: &DraftRequest<TargetCarry>,
+    ) -> Result<Vec<DraftCarry>, EngineError>;
+}
+
+pub struct EmbeddedDrafter<E: DraftEngine> {
+    engine: E,
+    sessions: Mutex<HashMap<SessionId, E::Session>>,
+}
+
+impl<E: InProcessCarry> EmbeddedDrafter<E> {
+    pub fn new(engine: E) -> Self {
+        Self {
+            engine,
+            sessions: Mutex::default(),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, E::Session>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_now(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
+        let (source, first) = self.engine.open_from(&request)?;
+        let mut session = self.engine.open(OpenSession {
+            sampling: request.sampling,
+            committed_len: request.carry.committed_len,
+            source,
+        })?;
+        for carry in first {
+            self.engine.apply(&mut session, carry)?;
+        }
+        self.sessions().insert(request.session, session);
+        Ok(())
+    }
+
+    fn draft_now(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
+        let carries = self.engine.carries_of(&request)?;
+        let mut sessions = self.sessions();
+        let session = sessions
+            .get_mut(&request.session)
+            .ok_or_else(|| EngineError::mismatch("session", "not open"))?;
+        for carry in carries {
+            self.engine.apply(session, carry)?;
+        }
+        let held = self.engine.committed_len(session);
+        if held != request.committed_len {
+            return Err(EngineError::mismatch(
+                "committed_len",
+                format!(
+                    "the session holds {held}, the round says {}",
+                    request.committed_len
+                ),
+            ));
+        }
+        self.engine.draft(
+            session,
+            DraftStep {
+                bonus: request.bonus,
+                position: held - 1,
+                count: request.count,
+                output_index_base: request.output_index_base,
+            },
+        )
+    }
+}
+
+impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
+    type Carry = TargetCarry;
+    type Error = EngineError;
+
+    async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
+        self.open_now(request)
+    }
+
+    async fn draft(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
+        self.draft_now(request)
+    }
+
+    async fn close(&self, session: SessionId) -> Result<(), EngineError> {
+        self.sessions().remove(&session);
+        Ok(())
+    }
+
+    fn close_detached(&self, session: SessionId) {
+        self.sessions().remove(&session);
+    }
+}
