@@ -3,6 +3,7 @@
 mod device;
 mod draft;
 mod embedded_draft_model;
+mod embedded_drafter;
 mod embedded_mtp;
 mod generate;
 mod serve;
