@@ -1,5 +1,6 @@
 //! The `specd` command line.
 
+mod bench;
 mod device;
 mod draft;
 mod embedded_draft_model;
@@ -30,6 +31,8 @@ enum Command {
     Draft(draft::DraftArgs),
     /// Run a service: verifier, drafter or router.
     Serve(serve::ServeArgs),
+    /// Compare plain, embedded speculative and split (gRPC) decoding on one checkpoint pair.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,5 +48,6 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Draft(args) => draft::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

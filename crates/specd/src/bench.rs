@@ -1,0 +1,339 @@
+//! `specd bench`: plain decoding, speculative decoding in this process, and speculative
+//! decoding split over loopback gRPC, on one checkpoint pair and one prompt set, measured in
+//! the same run and shown side by side.
+
+mod embedded;
+mod prompts;
+mod report;
+mod servers;
+mod split;
+mod timing;
+mod wire;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use specd_core::NgramConfig;
+use specd_drafter::{DraftModelEngine, MtpEngine};
+use specd_router::DraftSource;
+use specd_verifier::{Gemma4Target, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
+
+use self::embedded::{EmbeddedDrafter, EmbeddedSuite};
+use self::prompts::Prompt;
+use self::report::ModeResult;
+use crate::device::{DTypeArg, DeviceArg};
+use crate::generate::EmbeddedDraft;
+use crate::text::{GgufText, TextTokenizer};
+use crate::{embedded_draft_model, embedded_mtp};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Target: a Gemma 4 checkpoint directory or a GGUF file.
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Drafter: a Gemma 4 assistant directory (mtp) or a GGUF file (draft-model).
+    #[arg(long)]
+    pub drafter: Option<PathBuf>,
+    /// Drafting to compare with plain decoding (default: mtp for Gemma 4, draft-model for GGUF).
+    #[arg(long, value_enum)]
+    pub draft: Option<EmbeddedDraft>,
+    /// Verify block size while drafting.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=17))]
+    pub block_size: u64,
+    /// Tokens generated per prompt (end-of-sequence is ignored, so every mode emits as many).
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: usize,
+    /// Prompts, one per line (token ids as `2,17,301` for a target without tokenizer).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// A single prompt as comma-separated token ids.
+    #[arg(long, value_delimiter = ',', conflicts_with = "prompts")]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Times every prompt is generated in every mode.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: u64,
+    /// Skip the split (gRPC) modes.
+    #[arg(long)]
+    pub no_split: bool,
+    /// Context length of the long-context wire measurement, in tokens.
+    #[arg(long, default_value_t = 256)]
+    pub long_context: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
+}
+
+fn is_gguf(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    if args.max_tokens < 2 {
+        bail!("max_tokens: needs at least 2 for a round to be timed");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        if is_gguf(&args.target) {
+            run_gguf(&args).await
+        } else {
+            run_gemma(&args).await
+        }
+    })
+}
+
+/// Turns prompt text into token ids.
+type Encode<'a> = &'a dyn Fn(&str) -> Result<Vec<u32>>;
+
+/// Prompts from --prompt-ids, --prompts or the built-in set, through `encode` when text.
+fn load_prompts(args: &BenchArgs, encode: Option<Encode<'_>>) -> Result<Vec<Prompt>> {
+    if let Some(ids) = &args.prompt_ids {
+        return Ok(vec![Prompt {
+            label: "prompt-ids".into(),
+            ids: ids.clone(),
+        }]);
+    }
+    let texts = prompts::texts(args.prompts.as_deref())?;
+    texts
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let ids = match encode {
+                Some(encode) => encode(&text)?,
+                None if args.prompts.is_some() => {
+                    prompts::parse_ids(&text, &format!("prompts line {}", i + 1))?
+                }
+                None => bail!(
+                    "the target has no tokenizer: give --prompt-ids or --prompts with token ids"
+                ),
+            };
+            Ok(Prompt { label: text, ids })
+        })
+        .collect()
+}
+
+fn drafter_path(args: &BenchArgs) -> Result<&PathBuf> {
+    args.drafter
+        .as_ref()
+        .context("drafter: --draft mtp and --draft draft-model need --drafter")
+}
+
+async fn run_gemma(args: &BenchArgs) -> Result<()> {
+    let device = args.device.device()?;
+    let dtype = args.dtype.dtype();
+    let tokenizer = TextTokenizer::from_dir(&args.target)?;
+    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode(s));
+    let prompts = load_prompts(
+        args,
+        encode
+            .as_ref()
+            .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
+    )?;
+    let target = Arc::new(
+        Gemma4Target::load(&args.target, dtype, &device)
+            .with_context(|| format!("loading the target from {}", args.target.display()))?,
+    );
+    let draft = args.draft.unwrap_or(EmbeddedDraft::Mtp);
+    let (embedded, split) = match draft {
+        EmbeddedDraft::Mtp => {
+            let dir = drafter_path(args)?;
+            let embedded = embedded_mtp::load(dir, &args.target, dtype, &device)
+                .with_context(|| format!("loading the drafter from {}", dir.display()))?;
+            let split = if args.no_split {
+                None
+            } else {
+                let engine = MtpEngine::load(dir, &args.target, dtype, &device)?;
+                Some(DraftSource::Remote(vec![servers::drafter(Arc::new(
+                    engine,
+                ))?]))
+            };
+            (EmbeddedDrafter::Mtp(Box::new(embedded)), split)
+        }
+        EmbeddedDraft::Ngram => (
+            EmbeddedDrafter::Ngram,
+            Some(DraftSource::Ngram(NgramConfig::default())),
+        ),
+        EmbeddedDraft::DraftModel => bail!("draft: draft-model needs a GGUF target file"),
+    };
+    bench_pair(args, target, prompts, embedded, split).await
+}
+
+async fn run_gguf(args: &BenchArgs) -> Result<()> {
+    let device = args.device.device()?;
+    let text = GgufText::for_model(&args.target)?;
+    let encode = |s: &str| text.encode_chat(s);
+    let prompts = load_prompts(args, Some(&encode))?;
+    let target = Arc::new(
+        Qwen2Target::load(&args.target, &device, text.eos_token_ids())
+            .with_context(|| format!("loading the target from {}", args.target.display()))?,
+    );
+    let vocab = target.vocab_size();
+    let draft = args.draft.unwrap_or(EmbeddedDraft::DraftModel);
+    let (embedded, split) = match draft {
+        EmbeddedDraft::DraftModel => {
+            let path = drafter_path(args)?;
+            let embedded = embedded_draft_model::load(path, &device, vocab)
+                .with_context(|| format!("loading the drafter from {}", path.display()))?;
+            let split = if args.no_split {
+                None
+            } else {
+                let engine = DraftModelEngine::load(path, &device, 16)?;
+                Some(DraftSource::Remote(vec![servers::drafter(Arc::new(
+                    engine,
+                ))?]))
+            };
+            (EmbeddedDrafter::DraftModel(Box::new(embedded)), split)
+        }
+        EmbeddedDraft::Ngram => (
+            EmbeddedDrafter::Ngram,
+            Some(DraftSource::Ngram(NgramConfig::default())),
+        ),
+        EmbeddedDraft::Mtp => bail!("draft: mtp needs a Gemma 4 target directory"),
+    };
+    bench_pair(args, target, prompts, embedded, split).await
+}
+
+/// Tokens of the unmeasured warm-up generation of each mode.
+const WARMUP_TOKENS: usize = 8;
+
+/// One generation of `prompt` in every mode, in table order.
+async fn generate_all<T: TargetModel>(
+    suite: &EmbeddedSuite<T>,
+    router_url: Option<&str>,
+    prompt: &[u32],
+    max_tokens: usize,
+    block_size: usize,
+    eos: &[u32],
+    modes: &mut [ModeResult],
+) -> Result<()> {
+    let (plain, rest) = modes.split_at_mut(1);
+    suite
+        .run(prompt, max_tokens, None, eos, &mut plain[0])
+        .await?;
+    suite
+        .run(prompt, max_tokens, Some(block_size), eos, &mut rest[0])
+        .await?;
+    if let Some(router_url) = router_url {
+        for (index, block) in [(1, None), (2, Some(block_size))] {
+            let run = split::generate(router_url, prompt, max_tokens, block).await?;
+            rest[index].runs.push(run.sample);
+            rest[index].client_rounds.extend(run.chunk_gaps);
+        }
+    }
+    Ok(())
+}
+
+async fn bench_pair<T: TargetModel>(
+    args: &BenchArgs,
+    target: Arc<T>,
+    prompts: Vec<Prompt>,
+    embedded: EmbeddedDrafter,
+    split: Option<DraftSource>,
+) -> Result<()> {
+    prompts::check_vocab(&prompts, target.vocab_size())?;
+    let eos = target.eos_token_ids();
+    let block_size = args.block_size as usize;
+    let suite = EmbeddedSuite::new(
+        LocalVerifier::new(target.clone(), VerifierLimits::default()),
+        embedded,
+    );
+    let mut modes = vec![
+        ModeResult::new("plain (embedded)"),
+        ModeResult::new("spec (embedded)"),
+    ];
+    let split = match split.filter(|_| !args.no_split) {
+        Some(source) => {
+            let local = Arc::new(LocalVerifier::new(target, VerifierLimits::default()));
+            let verifier_url = servers::verifier(local)?;
+            let router_url =
+                servers::router(&verifier_url, &source, eos.clone(), block_size).await?;
+            modes.push(ModeResult::new("plain (split gRPC)"));
+            modes.push(ModeResult::new("spec (split gRPC)"));
+            Some((verifier_url, source, router_url))
+        }
+        None => None,
+    };
+    let router_url = split.as_ref().map(|(_, _, url)| url.as_str());
+    // One short unmeasured generation per mode first: the first one pays for page faults on
+    // memory-mapped weights, allocator growth and connection setup.
+    let mut discarded: Vec<ModeResult> = modes.iter().map(|m| ModeResult::new(&m.name)).collect();
+    let warm_tokens = args.max_tokens.min(WARMUP_TOKENS);
+    let first = &prompts[0].ids;
+    generate_all(
+        &suite,
+        router_url,
+        first,
+        warm_tokens,
+        block_size,
+        &eos,
+        &mut discarded,
+    )
+    .await?;
+    // Interleave modes per prompt and run, so drift in machine load hits every mode alike.
+    for _ in 0..args.runs {
+        for prompt in &prompts {
+            generate_all(
+                &suite,
+                router_url,
+                &prompt.ids,
+                args.max_tokens,
+                block_size,
+                &eos,
+                &mut modes,
+            )
+            .await?;
+        }
+    }
+    let wire = match &split {
+        Some((verifier_url, source, _)) => Some(
+            wire::measure(
+                verifier_url,
+                source,
+                &eos,
+                &prompts[0].ids,
+                args.long_context,
+                args.max_tokens,
+                block_size,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let base = modes[0].tokens_per_second();
+    if args.json {
+        let out = json!({
+            "target": args.target.display().to_string(),
+            "drafter": args.drafter.as_ref().map(|p| p.display().to_string()),
+            "block_size": block_size,
+            "max_tokens": args.max_tokens,
+            "prompts": prompts.len(),
+            "runs": args.runs,
+            "modes": modes.iter().map(|m| report::mode_json(m, base)).collect::<Vec<_>>(),
+            "wire": wire.as_ref().map(|w| w.iter().map(wire::WireRow::json).collect::<Vec<_>>()),
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "specd bench: {} prompt(s) x {} run(s), {} tokens each, block size {block_size}",
+            prompts.len(),
+            args.runs,
+            args.max_tokens
+        );
+        println!("latencies in ms; ratio is to plain (embedded); 'other' = round - draft - verify");
+        print!("{}", report::table(&modes));
+        if let Some(wire) = &wire {
+            println!();
+            print!("{}", wire::table(wire));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! Generations in this process through the core round loop, with timed verifier and drafter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::Result;
+use specd_core::round_loop::SinkClosed;
+use specd_core::{
+    BlockSizeConfig, Drafter, Event, EventSink, GenerationRequest, NgramDrafter, NoDrafter,
+    RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, StopConditions,
+};
+use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
+
+use super::report::{ModeResult, RunSample};
+use super::timing::{RoundClock, TimedDrafter, TimedVerifier};
+use crate::embedded_drafter::EmbeddedDrafter as InProcess;
+use crate::text::NoText;
+use specd_drafter::{DraftModelEngine, MtpEngine};
+
+/// The in-process drafter being compared with plain decoding.
+pub enum EmbeddedDrafter {
+    Ngram,
+    Mtp(Box<InProcess<MtpEngine>>),
+    DraftModel(Box<InProcess<DraftModelEngine>>),
+}
+
+enum Timed {
+    Ngram(TimedDrafter<NgramDrafter<TargetCarry>>),
+    Mtp(Box<TimedDrafter<InProcess<MtpEngine>>>),
+    DraftModel(Box<TimedDrafter<InProcess<DraftModelEngine>>>),
+}
+
+/// Counts tokens; no text, as the split modes send token ids and get no text back either.
+#[derive(Default)]
+struct CountSink {
+    tokens: usize,
+}
+
+impl EventSink for CountSink {
+    fn send(
+        &mut self,
+        event: Event,
+    ) -> impl std::future::Future<Output = Result<(), SinkClosed>> + Send {
+        if let Event::Tokens(delta) = event {
+            self.tokens += delta.tokens.len();
+        }
+        std::future::ready(Ok(()))
+    }
+}
+
+pub struct EmbeddedSuite<T: TargetModel> {
+    verifier: TimedVerifier<LocalVerifier<T>>,
+    drafter: Timed,
+    clock: RoundClock,
+    next_id: AtomicU64,
+}
+
+impl<T: TargetModel> EmbeddedSuite<T> {
+    pub fn new(verifier: LocalVerifier<T>, drafter: EmbeddedDrafter) -> Self {
+        let clock = RoundClock::default();
+        let timed = |c: &RoundClock| c.clone();
+        let drafter = match drafter {
+            EmbeddedDrafter::Ngram => Timed::Ngram(TimedDrafter {
+                inner: NgramDrafter::default(),
+                clock: timed(&clock),
+            }),
+            EmbeddedDrafter::Mtp(inner) => Timed::Mtp(Box::new(TimedDrafter {
+                inner: *inner,
+                clock: timed(&clock),
+            })),
+            EmbeddedDrafter::DraftModel(inner) => Timed::DraftModel(Box::new(TimedDrafter {
+                inner: *inner,
+                clock: timed(&clock),
+            })),
+        };
+        Self {
+            verifier: TimedVerifier {
+                inner: verifier,
+                clock: clock.clone(),
+            },
+            drafter,
+            clock,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// One greedy generation of exactly `max_tokens` tokens; plain when `block_size` is None.
+    pub async fn run(
+        &self,
+        prompt_ids: &[u32],
+        max_tokens: usize,
+        block_size: Option<usize>,
+        eos: &[u32],
+        into: &mut ModeResult,
+    ) -> Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = GenerationRequest {
+            seq: SeqId(id),
+            session: SessionId(id),
+            prompt_ids: prompt_ids.to_vec(),
+            sampling: SamplingParams {
+                temperature: 0.0,
+                top_p: 1.0,
+                top_k: 0,
+                seed: 0,
+            },
+            stop: StopConditions {
+                max_tokens,
+                eos_token_ids: eos.to_vec(),
+                ignore_eos: true,
+                stop_token_ids: Vec::new(),
+                stop_strings: Vec::new(),
+            },
+            block_size: block_size.map_or(BlockSizeConfig::PLAIN, BlockSizeConfig::fixed),
+        };
+        self.clock.take();
+        let start = Instant::now();
+        let sample = match (&self.drafter, block_size) {
+            (_, None) => self.drive::<NoDrafter<TargetCarry>>(None, request).await?,
+            (Timed::Ngram(d), Some(_)) => self.drive(Some(d), request).await?,
+            (Timed::Mtp(d), Some(_)) => self.drive(Some(d.as_ref()), request).await?,
+            (Timed::DraftModel(d), Some(_)) => self.drive(Some(d.as_ref()), request).await?,
+        };
+        into.runs.push(RunSample {
+            elapsed: start.elapsed(),
+            ..sample
+        });
+        into.phases.extend(self.clock.take());
+        Ok(())
+    }
+
+    async fn drive<D: Drafter<Carry = TargetCarry>>(
+        &self,
+        drafter: Option<&D>,
+        request: GenerationRequest,
+    ) -> Result<RunSample> {
+        let mut sink = CountSink::default();
+        let control = RequestControl::default();
+        let finish = RoundLoop::new(&self.verifier, drafter, &NoText)
+            .run(request, &mut sink, &control)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(fallback) = &finish.stats.fallback {
+            tracing::warn!(?fallback, "the drafter failed; the run went on without it");
+        }
+        Ok(RunSample {
+            tokens: sink.tokens,
+            elapsed: Default::default(),
+            rounds: finish.stats.rounds,
+            accepted: finish.stats.accepted,
+        })
+    }
+}

@@ -1,0 +1,81 @@
+//! Generations through the public `specd.v1.Generation` API of a router in this process.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use specd_wire::generation::{
+    generate_request, GenerateRequest, GenerationClient, SamplingParams, SpeculativeParams,
+    TokenIds,
+};
+
+use super::report::RunSample;
+
+/// One streamed generation and the gaps between its token chunks.
+pub struct ClientRun {
+    pub sample: RunSample,
+    /// Time between consecutive chunks after the first (one chunk per round).
+    pub chunk_gaps: Vec<Duration>,
+}
+
+pub async fn generate(
+    router_url: &str,
+    prompt_ids: &[u32],
+    max_tokens: usize,
+    block_size: Option<usize>,
+) -> Result<ClientRun> {
+    let mut client = GenerationClient::connect(router_url.to_owned())
+        .await
+        .context("connecting to the benchmark router")?;
+    let request = GenerateRequest {
+        input: Some(generate_request::Input::PromptIds(TokenIds {
+            ids: prompt_ids.to_vec(),
+        })),
+        max_tokens: u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?,
+        ignore_eos: true,
+        stop: Vec::new(),
+        sampling: Some(SamplingParams {
+            temperature: Some(0.0),
+            top_p: Some(1.0),
+            top_k: Some(0),
+            seed: Some(0),
+        }),
+        speculative: Some(SpeculativeParams {
+            block_size: block_size.map(|b| b as u32),
+            disabled: block_size.is_none(),
+        }),
+    };
+    let start = Instant::now();
+    let mut stream = client
+        .generate_stream(request)
+        .await
+        .context("GenerateStream")?
+        .into_inner();
+    let mut tokens = 0;
+    let mut last_chunk: Option<Instant> = None;
+    let mut chunk_gaps = Vec::new();
+    let mut stats = None;
+    while let Some(message) = stream.message().await.context("GenerateStream")? {
+        if !message.token_ids.is_empty() {
+            let now = Instant::now();
+            if let Some(last) = last_chunk {
+                chunk_gaps.push(now - last);
+            }
+            last_chunk = Some(now);
+            tokens += message.token_ids.len();
+        }
+        if message.stats.is_some() {
+            stats = message.stats;
+        }
+    }
+    let elapsed = start.elapsed();
+    let stats = stats.context("GenerateStream: no stats in the final message")?;
+    Ok(ClientRun {
+        sample: RunSample {
+            tokens,
+            elapsed,
+            rounds: u64::from(stats.rounds),
+            accepted: u64::from(stats.accepted),
+        },
+        chunk_gaps,
+    })
+}
