@@ -25,7 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate from a prompt in this process (embedded mode).
+    /// Generate from a prompt in this process (embedded mode); `run` is the same command.
+    #[command(visible_alias = "run")]
     Generate(generate::GenerateArgs),
     /// Prefill with the target, then draft one block with a Gemma 4 assistant.
     Draft(draft::DraftArgs),

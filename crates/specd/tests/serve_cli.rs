@@ -109,7 +109,7 @@ fn request(temperature: f32, seed: u64, block_size: u32) -> GenerateRequest {
         input: Some(generate_request::Input::PromptIds(TokenIds {
             ids: vec![2, 17, 201, 5, 9],
         })),
-        max_tokens: 32,
+        max_tokens: Some(32),
         ignore_eos: true,
         sampling: Some(SamplingParams {
             temperature: Some(temperature),

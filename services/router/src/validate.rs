@@ -63,19 +63,24 @@ pub fn plan(
         )));
     }
     let room = context - prompt_ids.len();
-    let (max_tokens, context_capped) = match request.max_tokens as usize {
-        0 => {
+    let (max_tokens, context_capped) = match request.max_tokens.map(|n| n as usize) {
+        None => {
             let default = config.default_max_tokens as usize;
             (default.min(room), default > room)
         }
-        asked if asked > room => {
+        Some(0) => {
+            return Err(Status::invalid_argument(
+                "max_tokens: must be at least 1 (leave it unset for the server's default)",
+            ))
+        }
+        Some(asked) if asked > room => {
             return Err(Status::out_of_range(format!(
                 "max_tokens: {} prompt tokens plus {asked} new tokens exceed the context of \
                  {context} tokens",
                 prompt_ids.len()
             )))
         }
-        asked => (asked, false),
+        Some(asked) => (asked, false),
     };
     let block = match request.speculative {
         Some(speculative) if speculative.disabled => BlockChoice::Disabled,

@@ -30,7 +30,7 @@ pub async fn generate(
         input: Some(generate_request::Input::PromptIds(TokenIds {
             ids: prompt_ids.to_vec(),
         })),
-        max_tokens: u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?,
+        max_tokens: Some(u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?),
         ignore_eos: true,
         stop: Vec::new(),
         sampling: Some(SamplingParams {

@@ -49,7 +49,7 @@ pub struct RouterArgs {
     /// Largest block size, for requests and the adaptive policy.
     #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
     pub max_block_size: usize,
-    /// Tokens generated when a request leaves max_tokens at 0.
+    /// Tokens generated when a request leaves max_tokens unset.
     #[arg(long, env = "SPECD_DEFAULT_MAX_TOKENS", default_value_t = 256)]
     pub default_max_tokens: u32,
     /// Seconds to wait for the verifier to answer at startup.

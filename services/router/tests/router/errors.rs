@@ -9,7 +9,7 @@ use crate::support::*;
 fn cases() -> Vec<(&'static str, GenerateRequest, Code, &'static str)> {
     let ids = |ids: Vec<u32>| GenerateRequest {
         input: Some(generate_request::Input::PromptIds(TokenIds { ids })),
-        max_tokens: 8,
+        max_tokens: Some(8),
         ..GenerateRequest::default()
     };
     let sampling = |temperature: Option<f32>, top_p: Option<f32>| GenerateRequest {
@@ -47,9 +47,18 @@ fn cases() -> Vec<(&'static str, GenerateRequest, Code, &'static str)> {
             "prompt_ids",
         ),
         (
+            "zero max_tokens",
+            GenerateRequest {
+                max_tokens: Some(0),
+                ..ids(PROMPT.to_vec())
+            },
+            Code::InvalidArgument,
+            "max_tokens",
+        ),
+        (
             "absurd max_tokens",
             GenerateRequest {
-                max_tokens: u32::MAX,
+                max_tokens: Some(u32::MAX),
                 ..ids(PROMPT.to_vec())
             },
             Code::OutOfRange,
@@ -58,7 +67,7 @@ fn cases() -> Vec<(&'static str, GenerateRequest, Code, &'static str)> {
         (
             "max_tokens past the context",
             GenerateRequest {
-                max_tokens: 1024 - PROMPT.len() as u32 + 1,
+                max_tokens: Some(1024 - PROMPT.len() as u32 + 1),
                 ..ids(PROMPT.to_vec())
             },
             Code::OutOfRange,

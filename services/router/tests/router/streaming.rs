@@ -38,10 +38,10 @@ async fn stream_messages_concatenate_to_the_unary_answer() {
 async fn default_max_tokens_and_eos_finish() {
     let stack = Stack::start(None).await;
     let mut client = stack.client().await;
-    // max_tokens 0: the router's default (24 in these tests).
-    let response = generate(&mut client, ids_request(&PROMPT, 0))
-        .await
-        .unwrap();
+    // max_tokens unset: the router's default (24 in these tests).
+    let mut request = ids_request(&PROMPT, 1);
+    request.max_tokens = None;
+    let response = generate(&mut client, request).await.unwrap();
     assert_eq!(response.token_ids.len(), 24);
     // Without ignore_eos, the target's EOS id (1) ends generation as soon as it is drawn.
     let mut request = ids_request(&PROMPT, 200);

@@ -227,7 +227,7 @@ pub fn ids_request(prompt: &[u32], max_tokens: u32) -> GenerateRequest {
         input: Some(generate_request::Input::PromptIds(TokenIds {
             ids: prompt.to_vec(),
         })),
-        max_tokens,
+        max_tokens: Some(max_tokens),
         ignore_eos: true,
         ..GenerateRequest::default()
     }

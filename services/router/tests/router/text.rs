@@ -36,7 +36,7 @@ fn target_with_tokenizer() -> (PathBuf, Tokenizer) {
 fn text_request(prompt: &str, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
         input: Some(generate_request::Input::Prompt(prompt.into())),
-        max_tokens,
+        max_tokens: Some(max_tokens),
         ignore_eos: true,
         ..GenerateRequest::default()
     }
