@@ -151,7 +151,18 @@ fn is_gguf(path: &std::path::Path) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-pub fn run(args: GenerateArgs) -> Result<()> {
+pub fn run(mut args: GenerateArgs) -> Result<()> {
+    // A drafter without --draft picks its kind from the checkpoint: a GGUF file is a draft
+    // model, a directory a Gemma 4 assistant.
+    if args.draft.is_none() && !args.no_draft {
+        args.draft = args.drafter.as_deref().map(|p| {
+            if is_gguf(p) {
+                EmbeddedDraft::DraftModel
+            } else {
+                EmbeddedDraft::Mtp
+            }
+        });
+    }
     if is_gguf(&args.target) {
         run_gguf(args)
     } else {

@@ -110,3 +110,13 @@ fn draft_and_no_draft_conflict() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--draft"));
 }
+
+#[test]
+fn a_drafter_directory_alone_means_mtp() {
+    let drafter = fixture("assistant-dense");
+    let drafter = drafter.to_str().unwrap();
+    let plain = generate(&["--no-draft"]);
+    let spec = generate(&["--drafter", drafter, "--block-size", "4"]);
+    assert_eq!(spec["tokens"], plain["tokens"]);
+    assert!(spec["stats"]["drafted"].as_u64().unwrap() > 0, "{spec}");
+}
