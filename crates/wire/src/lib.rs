@@ -19,6 +19,7 @@ pub mod descriptor;
 pub mod health;
 pub mod kv;
 pub mod limits;
+pub mod sampling;
 pub mod tensor;
 
 /// `specd.v1.Tensor`: the wire form of a tensor (see [`tensor`] for the candle codec).

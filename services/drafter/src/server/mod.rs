@@ -8,7 +8,6 @@ mod config;
 mod draft_round;
 mod open;
 mod reaper;
-mod sampling;
 mod serve;
 mod service;
 mod sessions;

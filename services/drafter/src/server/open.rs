@@ -4,8 +4,8 @@ use specd_wire::drafter::{open_request, DrafterKind, OpenHeader, OpenRequest};
 use specd_wire::kv::SnapshotAssembler;
 use tonic::{Status, Streaming};
 
-use super::sampling::sampling_from_wire;
 use crate::engine::{EngineInfo, OpenSession, SessionSource};
+use specd_wire::sampling::sampling_from_wire;
 
 /// What an Open stream delivered, not yet decoded onto the engine's device.
 pub(crate) struct ReceivedOpen {

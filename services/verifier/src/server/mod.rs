@@ -11,7 +11,6 @@ mod prefill;
 mod prefill_stream;
 mod reaper;
 mod resync;
-mod sampling;
 mod sequences;
 mod serve;
 mod service;

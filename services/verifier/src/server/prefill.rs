@@ -12,10 +12,10 @@ use tracing::debug;
 
 use super::convert::{hidden_to_wire, position, snapshot_of};
 use super::prefill_stream::SequenceHandover;
-use super::sampling::sampling_from_wire;
 use super::sequences::{SeqWire, Sequences};
 use super::status::{join_failed, status_of};
 use crate::target::TargetModel;
+use specd_wire::sampling::sampling_from_wire;
 
 /// Messages buffered between the producer and the transport; a slow reader holds the
 /// producer back instead of growing memory.

@@ -1,12 +1,13 @@
-//! Sampling parameters from the wire, validated.
+//! Sampling parameters from the wire, validated: the one conversion the verifier and drafter
+//! servers share.
 
+use crate::Sampling;
 use specd_core::SamplingParams;
-use specd_wire::Sampling;
 use tonic::Status;
 
 /// The sequence's sampling: greedy when unset; a `top_p` of 0 means 1 (see `sampling.proto`).
 /// Out-of-range values are INVALID_ARGUMENT naming `sampling.<field>`.
-pub(crate) fn sampling_from_wire(wire: Option<&Sampling>) -> Result<SamplingParams, Status> {
+pub fn sampling_from_wire(wire: Option<&Sampling>) -> Result<SamplingParams, Status> {
     let Some(wire) = wire else {
         return Ok(SamplingParams::GREEDY);
     };
