@@ -10,10 +10,12 @@
 //! `SPECD_BENCH_RUNS` (default 9) the samples per median.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::Path;
+
+mod common;
 
 use candle_core::{DType, Device, Tensor};
+use common::{ids, median_ms};
 use serde_json::{json, Value};
 use specd_models::gemma4::{Gemma4Model, Gemma4TextConfig, LayerKind, DEFAULT_PREFILL_CHUNK};
 use specd_models::gemma4_assistant::Gemma4Assistant;
@@ -35,19 +37,6 @@ const LAYERS: [LayerKind; 4] = [
 /// checkpoints do.
 const CENTROIDS: usize = 2048;
 const TOP_K: usize = 32;
-
-fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut samples: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
 
 /// Seeded normal-ish values (sum of uniforms), scaled.
 struct Noise(u64);
@@ -222,34 +211,11 @@ fn write_assistant(dir: &Path, target: &Gemma4TextConfig, centroid: bool) {
     candle_core::safetensors::save(&w, dir.join("model.safetensors")).unwrap();
 }
 
-fn ids(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            3 + ((x >> 33) as usize % (vocab - 3)) as u32
-        })
-        .collect()
-}
-
 fn main() {
-    let target_dir = PathBuf::from(
-        std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()),
-    );
-    if !target_dir.join("config.json").exists() {
-        eprintln!(
-            "no checkpoint in {}: run tools/bench_torch_gemma4.py {} first",
-            target_dir.display(),
-            target_dir.display()
-        );
+    let Some(target_dir) = common::medium_checkpoint() else {
         return;
-    }
-    let runs: usize = std::env::var("SPECD_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9);
+    };
+    let runs = common::runs(9);
     let target = Gemma4Model::load(&target_dir, DType::F32, &Device::Cpu).expect("load the target");
     let cfg = target.config().clone();
     let scratch =

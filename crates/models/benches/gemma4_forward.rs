@@ -5,57 +5,21 @@
 //! tools/bench_torch_gemma4.py; `SPECD_BENCH_TORCH_JSON`, when set, is that script's output,
 //! and ratios candle/torch are printed.
 
-use std::path::PathBuf;
-use std::time::Instant;
+mod common;
 
 use candle_core::{DType, Device};
+use common::{ids, median_ms};
 use serde_json::{json, Value};
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
 const PROMPT_LEN: usize = 128;
 const BLOCK_SIZES: [usize; 3] = [1, 4, 8];
 
-fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut samples: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
-
-fn ids(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            3 + ((x >> 33) as usize % (vocab - 3)) as u32
-        })
-        .collect()
-}
-
 fn main() {
-    let dir = PathBuf::from(
-        std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()),
-    );
-    if !dir.join("config.json").exists() {
-        eprintln!(
-            "no checkpoint in {}: run tools/bench_gemma4.sh (or tools/bench_torch_gemma4.py {}) first",
-            dir.display(),
-            dir.display()
-        );
+    let Some(dir) = common::medium_checkpoint() else {
         return;
-    }
-    let runs: usize = std::env::var("SPECD_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    };
+    let runs = common::runs(5);
     let model = Gemma4Model::load(&dir, DType::F32, &Device::Cpu).expect("load the checkpoint");
     let vocab = model.config().vocab_size;
     let mut prompt = ids(1, PROMPT_LEN, vocab);
