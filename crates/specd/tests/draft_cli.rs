@@ -1,32 +1,12 @@
 //! `specd draft` as a user runs it, against transformers' first token and draft block.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{fixture, ids, join, reference};
+
 use std::process::Command;
 
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models/tests/fixtures/gemma4")
-        .join(name)
-}
-
-fn reference(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap())
-        .unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
-fn join(ids: &[u64]) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
 
 fn draft(target: &str, drafter: &str, prompt_ids: &str, steps: usize) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_specd"))

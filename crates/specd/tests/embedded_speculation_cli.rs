@@ -1,16 +1,14 @@
 //! `specd generate --draft ngram|mtp` in embedded mode prints the tokens `--no-draft` prints,
 //! for every block size, greedy and seeded.
 
+mod common;
+
+use common::fixture;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models/tests/fixtures/gemma4")
-        .join(name)
-}
 
 fn target() -> PathBuf {
     fixture("target-full")

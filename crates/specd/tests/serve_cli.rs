@@ -1,6 +1,10 @@
 //! `specd serve verifier|drafter|router` as an operator runs them: three processes on
 //! 127.0.0.1, health SERVING on each, and the router's output equal to embedded decoding.
 
+mod common;
+
+use common::fixture;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,12 +18,6 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models/tests/fixtures/gemma4")
-        .join(name)
-}
 
 /// A service process, killed when dropped.
 struct Service {
