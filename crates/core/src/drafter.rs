@@ -72,6 +72,10 @@ pub trait Drafter: Send + Sync {
     /// Frees the session without waiting. Called from a destructor or after a failure, so it
     /// must not block; a remote implementation typically spawns the close.
     fn close_detached(&self, session: SessionId);
+    /// Short stable label of this kind of drafter, for metrics (`specd_rounds_total`).
+    fn kind(&self) -> &'static str {
+        "model"
+    }
 }
 
 /// The drafter type of a loop that never drafts. Every call but close fails.

@@ -24,7 +24,7 @@ pub mod stop;
 pub mod verifier;
 
 pub use acceptance::{accept_drafts, Accepted};
-pub use block_size::{BlockSizeConfig, BlockSizeController};
+pub use block_size::{load_block_cap, BlockSizeConfig, BlockSizeController};
 pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 pub use fallback::{DrafterFallback, FallbackCause};
 pub use finish::FinishReason;

@@ -18,6 +18,11 @@ pub struct SpecStats {
     pub accepted_at_position: Vec<u64>,
     /// Set when the drafter failed and the request went on without speculation.
     pub fallback: Option<DrafterFallback>,
+    /// Plain rounds the cost-aware block size chose although drafting was allowed (plain
+    /// decoding measured cheaper, or the one round that measures it).
+    pub speculation_off_rounds: u64,
+    /// Times the cost-aware block size switched speculation off or back on.
+    pub speculation_switches: u64,
 }
 
 impl SpecStats {

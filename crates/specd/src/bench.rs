@@ -2,11 +2,14 @@
 //! decoding split over loopback gRPC, on one checkpoint pair and one prompt set, measured in
 //! the same run and shown side by side.
 
+mod costs;
 mod embedded;
+mod load;
 mod prompts;
 mod report;
 mod servers;
 mod split;
+mod sweep;
 mod timing;
 mod wire;
 
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
-use specd_core::NgramConfig;
+use specd_core::{BlockSizeConfig, NgramConfig};
 use specd_drafter::{DraftModelEngine, MtpEngine};
 use specd_router::DraftSource;
 use specd_verifier::{Gemma4Target, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
@@ -61,6 +64,24 @@ pub struct BenchArgs {
     /// Context length of the long-context wire measurement, in tokens.
     #[arg(long, default_value_t = 256)]
     pub long_context: usize,
+    /// Sweep the draft count instead of the mode table: fixed K drafts per round (block size
+    /// K + 1) for each K given, e.g. 1,2,3,4,5,6, per drafter of --sweep-drafts, with
+    /// acceptance per draft position, measured step costs and the speed-up they predict.
+    /// GGUF targets.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub sweep: Option<Vec<u64>>,
+    /// Drafters of the sweep (default: draft-model when --drafter is given, and ngram).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub sweep_drafts: Vec<EmbeddedDraft>,
+    /// Load instead of the mode table: for each concurrency given (e.g. 1,4,16,32), that many
+    /// requests in flight at once, plain against speculative with the cost-aware block size,
+    /// embedded (batching verifier in this process) and split (through a router); throughput
+    /// and request latency p50/p99.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub concurrency: Option<Vec<u64>>,
+    /// Requests per worker at each concurrency level.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub load_waves: u64,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -68,6 +89,10 @@ pub struct BenchArgs {
     pub device: DeviceArg,
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DTypeArg,
+}
+
+fn levels_of(levels: &[u64]) -> Vec<usize> {
+    levels.iter().map(|&c| c as usize).collect()
 }
 
 fn is_gguf(path: &std::path::Path) -> bool {
@@ -164,7 +189,12 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
         ),
         EmbeddedDraft::DraftModel => bail!("draft: draft-model needs a GGUF target file"),
     };
-    bench_pair(args, target, prompts, embedded, split).await
+    match &args.concurrency {
+        Some(levels) => {
+            load::bench(args, &levels_of(levels), target, prompts, embedded, split).await
+        }
+        None => bench_pair(args, target, prompts, embedded, split).await,
+    }
 }
 
 async fn run_gguf(args: &BenchArgs) -> Result<()> {
@@ -177,6 +207,10 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
             .with_context(|| format!("loading the target from {}", args.target.display()))?,
     );
     let vocab = target.vocab_size();
+    if let Some(counts) = &args.sweep {
+        let counts: Vec<usize> = counts.iter().map(|&k| k as usize).collect();
+        return sweep_gguf(args, &text, target, prompts, &counts).await;
+    }
     let draft = args.draft.unwrap_or(EmbeddedDraft::DraftModel);
     let (embedded, split) = match draft {
         EmbeddedDraft::DraftModel => {
@@ -199,7 +233,125 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         ),
         EmbeddedDraft::Mtp => bail!("draft: mtp needs a Gemma 4 target directory"),
     };
-    bench_pair(args, target, prompts, embedded, split).await
+    match &args.concurrency {
+        Some(levels) => {
+            load::bench(args, &levels_of(levels), target, prompts, embedded, split).await
+        }
+        None => bench_pair(args, target, prompts, embedded, split).await,
+    }
+}
+
+/// Timed repetitions of every step-cost measurement.
+const COST_REPS: usize = 7;
+
+/// The draft-count sweep on a GGUF target: draft-model and/or n-gram drafters.
+async fn sweep_gguf(
+    args: &BenchArgs,
+    text: &GgufText,
+    target: Arc<Qwen2Target>,
+    prompts: Vec<Prompt>,
+    counts: &[usize],
+) -> Result<()> {
+    prompts::check_vocab(&prompts, target.vocab_size())?;
+    let device = args.device.device()?;
+    let drafts = if args.sweep_drafts.is_empty() {
+        let mut d = Vec::new();
+        if args.drafter.is_some() {
+            d.push(EmbeddedDraft::DraftModel);
+        }
+        d.push(EmbeddedDraft::Ngram);
+        d
+    } else {
+        args.sweep_drafts.clone()
+    };
+    let max_width = counts.iter().copied().max().unwrap_or(1) + 1;
+    let context = &prompts[0].ids;
+    let mut verify = costs::measure_target(&*target, context, max_width, COST_REPS)?;
+    let mut draft_step = None;
+    let mut drafters = Vec::new();
+    for draft in drafts {
+        let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
+        let (name, embedded) = match draft {
+            EmbeddedDraft::DraftModel => {
+                let path = drafter_path(args)?;
+                let dm = embedded_draft_model::load(path, &device, target.vocab_size())
+                    .with_context(|| format!("loading the drafter from {}", path.display()))?;
+                draft_step = Some(costs::measure_draft_model(
+                    dm.engine().model(),
+                    context,
+                    COST_REPS * 2,
+                )?);
+                ("draft-model", EmbeddedDrafter::DraftModel(Box::new(dm)))
+            }
+            EmbeddedDraft::Ngram => ("ngram", EmbeddedDrafter::Ngram),
+            EmbeddedDraft::Mtp => bail!("sweep-drafts: mtp needs a Gemma 4 target directory"),
+        };
+        drafters.push(sweep::SweepDrafter {
+            name,
+            suite: EmbeddedSuite::new(verifier, embedded),
+        });
+    }
+    // The target's costs again after the drafter's, so a load change during the run shows.
+    let again = costs::measure_target(&*target, context, max_width, COST_REPS)?;
+    for (a, b) in verify.iter_mut().zip(again) {
+        *a = (*a + b) / 2;
+    }
+    let costs = costs::StepCosts { verify, draft_step };
+    let draft_costs = [("draft-model", costs.draft_cost()), ("ngram", 0.0)];
+    let eos = target.eos_token_ids();
+    // The adaptive row: the cost-aware policy up to the sweep's largest block size, from the
+    // usual trained depth of 4.
+    let adaptive = BlockSizeConfig::adaptive(max_width, 4.min(max_width));
+    let result = sweep::run(
+        &drafters,
+        &prompts,
+        counts,
+        Some(adaptive),
+        args.max_tokens,
+        args.runs,
+        &eos,
+    )
+    .await?;
+    let texts: Vec<String> = prompts
+        .iter()
+        .map(|p| text.render_chat(&p.label).unwrap_or_default())
+        .collect();
+    if args.json {
+        let mut out = sweep::json(&result, &costs, &draft_costs, &prompts, &texts, text);
+        out["target"] = json!(args.target.display().to_string());
+        out["drafter"] = json!(args.drafter.as_ref().map(|p| p.display().to_string()));
+        out["max_tokens"] = json!(args.max_tokens);
+        out["runs"] = json!(args.runs);
+        println!("{out}");
+    } else {
+        println!(
+            "specd bench --sweep: {} prompt(s) x {} run(s), {} tokens each, greedy; tok/s over \
+             decode rounds (prefill excluded)",
+            prompts.len(),
+            args.runs,
+            args.max_tokens
+        );
+        print!("{}", costs.table());
+        println!(
+            "cost = mean round cost in decode steps (drafts x draft step + verify(width)); \
+             geo = (1-a^(K+1))/(1-a) / (K c_draft + c_verify(K+1)); pos = tok/rd / cost"
+        );
+        print!("{}", sweep::table(&result, &costs, &draft_costs));
+        if !result.mismatches.is_empty() {
+            println!(
+                "{} speculative generation(s) differ from plain: see MISMATCH lines",
+                result.mismatches.len()
+            );
+        }
+    }
+    if result.mismatches.is_empty() {
+        Ok(())
+    } else {
+        bail!(
+            "{} speculative generation(s) differ from plain decoding",
+            result.mismatches.len()
+        )
+    }
 }
 
 /// Tokens of the unmeasured warm-up generation of each mode.

@@ -36,6 +36,11 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         }
     }
 
+    /// The engine itself (benchmarks time its model directly).
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
     fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, E::Session>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -66,9 +66,14 @@ pub struct GenerateArgs {
     /// Drafter: a Gemma 4 assistant directory (--draft mtp) or a GGUF file (--draft draft-model).
     #[arg(long, required_if_eq_any([("draft", "mtp"), ("draft", "draft-model")]))]
     pub drafter: Option<PathBuf>,
-    /// Verify block size while drafting: the bonus token plus up to block_size - 1 drafts.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=17))]
-    pub block_size: u64,
+    /// Verify block size while drafting: the bonus token plus up to block_size - 1 drafts,
+    /// every round. Without it: up to 4, cost-aware (smaller blocks or plain rounds while
+    /// drafting does not pay).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=17))]
+    pub block_size: Option<u64>,
+    /// Without --block-size: always verify blocks of 4, even while drafting does not pay.
+    #[arg(long)]
+    pub no_auto_speculation: bool,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -125,6 +130,8 @@ fn stats_json(stats: &SpecStats) -> serde_json::Value {
         "accepted": stats.accepted,
         "accepted_per_position": stats.accepted_at_position,
         "mean_accepted_tokens_per_round": stats.accepted_tokens_per_round(),
+        "speculation_off_rounds": stats.speculation_off_rounds,
+        "speculation_switches": stats.speculation_switches,
     })
 }
 
@@ -144,7 +151,8 @@ fn prompt_ids_from(args: &GenerateArgs, encode: Option<Encode<'_>>) -> Result<Ve
     }
 }
 
-fn is_gguf(path: &std::path::Path) -> bool {
+/// A GGUF model file (a directory is a safetensors checkpoint).
+pub fn is_gguf(path: &std::path::Path) -> bool {
     path.is_file()
         && path
             .extension()
@@ -271,7 +279,10 @@ fn generate_with<T: TargetModel>(
             }
             BlockSizeConfig::PLAIN
         }
-        _ => BlockSizeConfig::fixed(args.block_size as usize),
+        _ => match args.block_size {
+            Some(size) => BlockSizeConfig::fixed(size as usize),
+            None => BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation),
+        },
     };
     let request = GenerationRequest {
         seq: SeqId(1),

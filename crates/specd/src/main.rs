@@ -7,6 +7,7 @@ mod embedded_draft_model;
 mod embedded_drafter;
 mod embedded_mtp;
 mod generate;
+mod health;
 mod serve;
 mod text;
 
@@ -34,21 +35,23 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Compare plain, embedded speculative and split (gRPC) decoding on one checkpoint pair.
     Bench(bench::BenchArgs),
+    /// Ask a specd server whether it is serving (exit status 0 when it is), for health probes.
+    Health(health::HealthArgs),
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SPECD_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let serve_args = match &cli.command {
+        Command::Serve(args) => Some(args),
+        _ => None,
+    };
+    // Flushes buffered spans when dropped, after the command returned.
+    let _telemetry = serve::init_telemetry(serve_args)?;
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Draft(args) => draft::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Health(args) => health::run(args),
     }
 }

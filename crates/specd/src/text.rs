@@ -73,12 +73,16 @@ impl GgufText {
 
     /// The prompt as the model's chat template renders one user message, ready for the reply.
     pub fn encode_chat(&self, user: &str) -> Result<Vec<u32>> {
-        use specd_models::qwen2::ChatMessage;
-        let text = self
-            .template
-            .render(&[ChatMessage::user(user)], true)
-            .context("rendering the chat template")?;
+        let text = self.render_chat(user)?;
         Ok(self.tokenizer.encode(&text)?)
+    }
+
+    /// The chat template's text for one user message, ready for the reply.
+    pub fn render_chat(&self, user: &str) -> Result<String> {
+        use specd_models::qwen2::ChatMessage;
+        self.template
+            .render(&[ChatMessage::user(user)], true)
+            .context("rendering the chat template")
     }
 
     pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>> {

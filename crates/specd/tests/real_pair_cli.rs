@@ -1,11 +1,23 @@
-//! Lossless speculative decoding on the real Qwen2.5-Coder 1.5B / 0.5B GGUF pair, embedded:
-//! the draft-model and n-gram drafters give exactly the target's own output, greedy and seeded.
-//! Skipped, loudly, when the pair has not been fetched (tools/fetch_qwen_pair.sh).
+//! Lossless speculative decoding on the real Qwen2.5-Coder 1.5B / 0.5B GGUF pair, embedded and
+//! split over `specd serve verifier|drafter|router` processes: the draft-model and n-gram
+//! drafters give exactly the target's own output, greedy and seeded. Skipped, loudly, when the
+//! pair has not been fetched (tools/fetch_qwen_pair.sh).
 
-use std::path::PathBuf;
+mod served;
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use candle_core::quantized::gguf_file::{self, Value as GgufValue};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
 use serde_json::Value;
+use served::Service;
+use specd_wire::generation::{
+    generate_request, GenerateRequest, GenerateResponse, GenerationClient, SamplingParams,
+    SpeculativeParams,
+};
+use tonic::transport::Channel;
 
 const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 const DRAFTER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
@@ -135,4 +147,184 @@ fn a_drafter_that_is_not_a_gguf_model_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("loading the drafter"), "{err}");
+}
+
+fn text(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A chat-formatted text prompt (the router applies no template; the special tokens encode
+/// to single ids with the GGUF tokenizer).
+fn chat(user: &str) -> String {
+    format!(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful \
+         assistant.<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+}
+
+fn request(prompt: &str, temperature: f32, seed: u64, block: Option<u32>) -> GenerateRequest {
+    GenerateRequest {
+        input: Some(generate_request::Input::Prompt(prompt.to_owned())),
+        max_tokens: Some(40),
+        sampling: Some(SamplingParams {
+            temperature: Some(temperature),
+            seed: Some(seed),
+            ..SamplingParams::default()
+        }),
+        speculative: Some(SpeculativeParams {
+            block_size: block,
+            disabled: block.is_none(),
+        }),
+        ..GenerateRequest::default()
+    }
+}
+
+async fn generate_via(
+    client: &mut GenerationClient<Channel>,
+    request: GenerateRequest,
+) -> GenerateResponse {
+    client.generate(request).await.unwrap().into_inner()
+}
+
+#[tokio::test]
+async fn split_services_on_the_real_pair_speculate_losslessly() {
+    let Some((target, drafter)) = pair() else {
+        return;
+    };
+    // One verifier shared by a draft-model router and an n-gram router.
+    let verifier = Service::start(&["verifier", "--target", text(&target)]);
+    let drafter = Service::start(&[
+        "drafter",
+        "--drafter",
+        text(&drafter),
+        "--target",
+        text(&target),
+    ]);
+    let routed = |extra: &[&str]| {
+        let mut args = vec![
+            "router",
+            "--verifier",
+            &verifier.url,
+            "--target",
+            text(&target),
+        ];
+        args.extend_from_slice(extra);
+        Service::start(&args)
+    };
+    let draft_model = routed(&["--drafters", &drafter.url]);
+    let ngram = routed(&["--draft", "ngram"]);
+    let mut draft_model = GenerationClient::new(draft_model.channel().await);
+    let mut ngram = GenerationClient::new(ngram.channel().await);
+
+    let cases = [
+        (
+            chat("Write a Python function that checks whether a string is a palindrome."),
+            0.0,
+            0,
+            4,
+        ),
+        (
+            chat("Explain in two sentences what a hash map is."),
+            0.8,
+            7,
+            3,
+        ),
+    ];
+    for (prompt, temperature, seed, block) in cases {
+        let plain = generate_via(&mut draft_model, request(&prompt, temperature, seed, None)).await;
+        assert!(plain.token_ids.len() >= 8, "{plain:?}");
+        assert!(!plain.text.contains("<|im_start|>"), "{:?}", plain.text);
+        let spec = generate_via(
+            &mut draft_model,
+            request(&prompt, temperature, seed, Some(block)),
+        )
+        .await;
+        assert_eq!(
+            spec.token_ids, plain.token_ids,
+            "draft-model output differs for t {temperature} seed {seed}"
+        );
+        assert_eq!(spec.text, plain.text);
+        let stats = spec.stats.unwrap();
+        assert!(stats.drafted > 0, "the drafter service was not used");
+        assert!(
+            stats.accepted > 0,
+            "the 0.5B drafter should get drafts accepted: {stats:?}"
+        );
+        let by_ngram =
+            generate_via(&mut ngram, request(&prompt, temperature, seed, Some(block))).await;
+        assert_eq!(
+            by_ngram.token_ids, plain.token_ids,
+            "ngram output differs for t {temperature} seed {seed}"
+        );
+    }
+
+    // A router whose verifier has another vocabulary (the tiny Gemma 4 fixture) does not use
+    // the Qwen drafter: it decodes plainly instead of sending foreign token ids.
+    let gemma = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4/target-full");
+    let other = Service::start(&["verifier", "--target", text(&gemma)]);
+    let mismatched = Service::start(&[
+        "router",
+        "--verifier",
+        &other.url,
+        "--drafters",
+        &drafter.url,
+    ]);
+    let response = GenerationClient::new(mismatched.channel().await)
+        .generate(GenerateRequest {
+            input: Some(generate_request::Input::PromptIds(
+                specd_wire::generation::TokenIds {
+                    ids: vec![2, 17, 201, 5, 9],
+                },
+            )),
+            max_tokens: Some(8),
+            ignore_eos: true,
+            speculative: Some(SpeculativeParams {
+                block_size: Some(4),
+                disabled: false,
+            }),
+            ..GenerateRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.token_ids.len(), 8);
+    let stats = response.stats.unwrap();
+    assert_eq!(stats.drafted, 0, "a drafter of another vocabulary was used");
+    assert!(stats.plain_rounds > 0, "{stats:?}");
+}
+
+/// A GGUF holding only the metadata and token embedding a vocabulary check reads.
+fn embedding_only_gguf(path: &Path, vocab: usize) {
+    let embedding = Tensor::zeros((vocab, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let embedding = QTensor::quantize(&embedding, GgmlDType::F32).unwrap();
+    let arch = GgufValue::String("qwen2".into());
+    let mut file = std::fs::File::create(path).unwrap();
+    gguf_file::write(
+        &mut file,
+        &[("general.architecture", &arch)],
+        &[("token_embd.weight", &embedding)],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_drafter_whose_vocabulary_differs_from_the_target_is_refused() {
+    let dir = std::env::temp_dir().join(format!("specd-vocab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (target, drafter) = (dir.join("target.gguf"), dir.join("drafter.gguf"));
+    embedding_only_gguf(&target, 96);
+    embedding_only_gguf(&drafter, 64);
+    let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["serve", "drafter", "--listen", "127.0.0.1:0", "--drafter"])
+        .arg(&drafter)
+        .arg("--target")
+        .arg(&target)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("64 tokens"), "{err}");
+    assert!(err.contains("96"), "{err}");
 }

@@ -2,69 +2,22 @@
 //! 127.0.0.1, health SERVING on each, and the router's output equal to embedded decoding.
 
 mod common;
+mod served;
 
 use common::fixture;
+use served::Service;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 use specd_wire::generation::{
     generate_request, GenerateRequest, GenerationClient, SamplingParams, SpeculativeParams,
     TokenIds,
 };
-use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-
-/// A service process, killed when dropped.
-struct Service {
-    child: Child,
-    url: String,
-}
-
-impl Service {
-    /// Starts `specd serve <args>` on a free port and waits for its `listening on` line.
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
-            .arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?} from {args:?}"))
-            .to_owned();
-        Self {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(self.url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn path(p: PathBuf) -> String {
     p.to_string_lossy().into_owned()

@@ -16,6 +16,7 @@ mod pb {
 }
 
 pub mod descriptor;
+pub mod draining;
 pub mod health;
 pub mod kv;
 pub mod limits;

@@ -15,6 +15,11 @@ pub struct RouterConfig {
     pub block_size: usize,
     /// Largest block size: the ceiling of the adaptive policy and of requested sizes.
     pub max_block_size: usize,
+    /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
+    pub max_concurrent_requests: usize,
+    /// Tokens all running requests may verify per round together: under load each
+    /// request's block size is capped to its share (0: no cap).
+    pub max_batch_tokens: usize,
 }
 
 impl Default for RouterConfig {
@@ -24,6 +29,8 @@ impl Default for RouterConfig {
             default_max_tokens: 256,
             block_size: 4,
             max_block_size: 8,
+            max_concurrent_requests: 64,
+            max_batch_tokens: 32,
         }
     }
 }

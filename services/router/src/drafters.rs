@@ -2,29 +2,44 @@
 //! drafter services.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use specd_core::{NgramConfig, NgramDrafter};
 use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
 use specd_wire::limits::{MessageLimits, WithMessageLimits};
 use tonic::transport::{Channel, Endpoint};
-use tracing::warn;
+use tracing::{debug, info, warn};
 
 use crate::carry::WireCarry;
 
 /// How long a drafter may take to describe itself before a request goes on without it.
 const STATS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The drafting a router is configured for.
+/// How long a drafter that failed is left out of new sessions and failovers.
+pub const FAILED_DRAFTER_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The configured drafting.
 #[derive(Debug, Clone)]
 pub enum DraftSource {
     /// Plain decoding only.
     None,
     /// Prompt lookup in the router process.
     Ngram(NgramConfig),
-    /// Drafter services at these URLs (`http://host:port`), used round-robin per request.
+    /// Drafter services at these URLs (`http://host:port`).
     Remote(Vec<String>),
+    /// Drafter services at these URLs plus every address a DNS name resolves to, resolved
+    /// again periodically (a Kubernetes headless service).
+    Discovered { urls: Vec<String>, dns: DrafterDns },
+}
+
+/// A DNS name whose addresses are drafter services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrafterDns {
+    /// `host:port`.
+    pub name: String,
+    /// How often the name is resolved again.
+    pub refresh: Duration,
 }
 
 /// A drafter service as the router knows it.
@@ -32,85 +47,247 @@ pub enum DraftSource {
 pub struct DrafterInfo {
     pub kind: DrafterKind,
     pub max_draft_tokens: usize,
+    /// The drafter's vocabulary size; 0 when it does not report one.
+    pub vocab_size: usize,
 }
 
-struct DrafterEndpoint {
+impl DrafterInfo {
+    /// Whether its drafts are ids of a vocabulary of `target_vocab` tokens (a drafter that
+    /// does not report its vocabulary is trusted).
+    pub fn fits_vocab(&self, target_vocab: usize) -> bool {
+        self.vocab_size == 0 || self.vocab_size == target_vocab
+    }
+}
+
+/// One drafter endpoint and what the router tracks about it.
+pub struct DrafterEndpoint {
     url: String,
     client: DrafterClient<Channel>,
     info: Mutex<Option<DrafterInfo>>,
+    /// Sessions this router holds open on it (the load that picks new sessions' drafter).
+    open_sessions: AtomicUsize,
+    /// Left out of picks until then, after a failure.
+    avoid_until: Mutex<Option<Instant>>,
+    /// Came from DNS, so a later resolution that lacks it removes it.
+    discovered: bool,
 }
 
-/// Drafter services; each request sticks to the one it opened its session on.
+/// Drafter services; each session sticks to one, new sessions go to the least loaded.
 pub struct DrafterPool {
-    endpoints: Vec<DrafterEndpoint>,
-    next: AtomicUsize,
+    endpoints: RwLock<Vec<Arc<DrafterEndpoint>>>,
+    limits: MessageLimits,
+    backoff: Duration,
+    /// The verifier's vocabulary size (0: not known yet); drafters of another are not used.
+    target_vocab: AtomicUsize,
+}
+
+/// A session's claim on an endpoint: counted as one open session while it lives.
+pub struct Lease {
+    endpoint: Arc<DrafterEndpoint>,
+    info: DrafterInfo,
 }
 
 /// The configured drafting, ready to serve requests.
 pub enum Drafters {
     None,
     Ngram(Arc<NgramDrafter<WireCarry>>),
-    Remote(DrafterPool),
+    Remote(Arc<DrafterPool>),
 }
 
-/// A drafter URL or n-gram setting is invalid.
+/// A drafter URL, DNS name or n-gram setting is invalid.
 #[derive(Debug, thiserror::Error)]
 pub enum DrafterSetupError {
     #[error("drafter url {url}: {reason}")]
     Url { url: String, reason: String },
+    #[error("drafter_dns {name}: {reason}")]
+    Dns { name: String, reason: String },
     #[error(transparent)]
     Ngram(#[from] specd_core::ngram::NgramConfigError),
 }
 
 impl Drafters {
-    /// Connects lazily: a drafter down at startup is retried by later requests.
+    /// Connects lazily: a drafter down at startup is retried by later requests. A DNS name
+    /// is resolved in the background from now on, for as long as the pool lives.
     pub fn new(source: &DraftSource, limits: &MessageLimits) -> Result<Self, DrafterSetupError> {
         Ok(match source {
             DraftSource::None => Drafters::None,
             DraftSource::Ngram(config) => Drafters::Ngram(Arc::new(NgramDrafter::new(*config)?)),
             DraftSource::Remote(urls) => {
-                let endpoints = urls
-                    .iter()
-                    .map(|url| {
-                        let channel = Endpoint::from_shared(url.clone())
-                            .map_err(|e| DrafterSetupError::Url {
-                                url: url.clone(),
-                                reason: e.to_string(),
-                            })?
-                            .connect_lazy();
-                        Ok(DrafterEndpoint {
-                            url: url.clone(),
-                            client: DrafterClient::new(channel).with_message_limits(limits),
-                            info: Mutex::new(None),
-                        })
-                    })
-                    .collect::<Result<Vec<_>, DrafterSetupError>>()?;
-                Drafters::Remote(DrafterPool {
-                    endpoints,
-                    next: AtomicUsize::new(0),
-                })
+                Drafters::Remote(Arc::new(DrafterPool::new(urls, limits)?))
+            }
+            DraftSource::Discovered { urls, dns } => {
+                if dns.name.rsplit_once(':').is_none() {
+                    return Err(DrafterSetupError::Dns {
+                        name: dns.name.clone(),
+                        reason: "expected host:port".into(),
+                    });
+                }
+                let pool = Arc::new(DrafterPool::new(urls, limits)?);
+                tokio::spawn(resolve_periodically(Arc::downgrade(&pool), dns.clone()));
+                Drafters::Remote(pool)
             }
         })
     }
 }
 
 impl DrafterPool {
-    /// The next usable drafter, round-robin; `None` when none answers (the request then
-    /// decodes without drafts).
-    pub async fn pick(&self) -> Option<(DrafterClient<Channel>, DrafterInfo)> {
-        let count = self.endpoints.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for offset in 0..count {
-            let endpoint = &self.endpoints[(start + offset) % count];
-            if let Some(info) = endpoint.info().await {
-                return Some((endpoint.client.clone(), info));
+    /// A pool of the drafters at `urls`.
+    pub fn new(urls: &[String], limits: &MessageLimits) -> Result<Self, DrafterSetupError> {
+        let endpoints = urls
+            .iter()
+            .map(|url| DrafterEndpoint::new(url, limits, false).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            endpoints: RwLock::new(endpoints),
+            limits: *limits,
+            backoff: FAILED_DRAFTER_BACKOFF,
+            target_vocab: AtomicUsize::new(0),
+        })
+    }
+
+    /// Uses only drafters whose vocabulary has `vocab` tokens (the verifier's): another
+    /// tokenizer's drafts would be rejected or, worse, mean other text.
+    pub fn expect_vocab(&self, vocab: usize) {
+        self.target_vocab.store(vocab, Ordering::Relaxed);
+    }
+
+    fn endpoints(&self) -> Vec<Arc<DrafterEndpoint>> {
+        self.endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The least loaded usable drafter of `kind` (any kind when `None`), other than those
+    /// in `exclude` and those backing off after a failure; `None` when none answers.
+    pub async fn pick(&self, kind: Option<DrafterKind>, exclude: &[String]) -> Option<Lease> {
+        let now = Instant::now();
+        let mut candidates: Vec<_> = self
+            .endpoints()
+            .into_iter()
+            .filter(|e| !exclude.contains(&e.url) && !e.backing_off(now))
+            .collect();
+        candidates.sort_by_key(|e| e.open_sessions.load(Ordering::Relaxed));
+        for endpoint in candidates {
+            let Some(info) = endpoint.info().await else {
+                self.failed(&endpoint);
+                continue;
+            };
+            if kind.is_some_and(|kind| kind != info.kind) {
+                continue;
             }
+            let vocab = self.target_vocab.load(Ordering::Relaxed);
+            if vocab != 0 && !info.fits_vocab(vocab) {
+                warn!(
+                    url = %endpoint.url,
+                    drafter_vocab = info.vocab_size,
+                    verifier_vocab = vocab,
+                    "drafter vocabulary differs from the verifier's; not used"
+                );
+                continue;
+            }
+            endpoint.open_sessions.fetch_add(1, Ordering::Relaxed);
+            return Some(Lease { endpoint, info });
         }
         None
+    }
+
+    /// Leaves `endpoint` out of picks for the backoff period, and asks it again what it is
+    /// afterwards (it may come back as a different drafter).
+    pub fn failed(&self, endpoint: &DrafterEndpoint) {
+        warn!(url = %endpoint.url, backoff = ?self.backoff, "drafter failed; avoiding it");
+        *endpoint
+            .avoid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + self.backoff);
+        *endpoint.info.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The URLs in the pool now, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.endpoints().iter().map(|e| e.url.clone()).collect()
+    }
+
+    /// Replaces the discovered endpoints with `urls`, keeping the state of those already
+    /// known; configured URLs stay whatever DNS says.
+    fn set_discovered(&self, urls: &[String]) {
+        let mut endpoints = self
+            .endpoints
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = endpoints.len();
+        endpoints.retain(|e| !e.discovered || urls.contains(&e.url));
+        let removed = before - endpoints.len();
+        let mut added = 0;
+        for url in urls {
+            if endpoints.iter().any(|e| &e.url == url) {
+                continue;
+            }
+            match DrafterEndpoint::new(url, &self.limits, true) {
+                Ok(endpoint) => {
+                    endpoints.push(Arc::new(endpoint));
+                    added += 1;
+                }
+                Err(error) => warn!(%error, "skipping a discovered drafter"),
+            }
+        }
+        if added + removed > 0 {
+            info!(
+                added,
+                removed,
+                total = endpoints.len(),
+                "drafter pool changed"
+            );
+        }
+    }
+}
+
+/// Resolves `dns` every `dns.refresh` until the pool is dropped. A failed resolution keeps
+/// the endpoints of the last one.
+async fn resolve_periodically(pool: std::sync::Weak<DrafterPool>, dns: DrafterDns) {
+    loop {
+        match tokio::net::lookup_host(dns.name.as_str()).await {
+            Ok(addrs) => {
+                let mut urls: Vec<String> = addrs.map(|addr| format!("http://{addr}")).collect();
+                urls.sort();
+                urls.dedup();
+                let Some(pool) = pool.upgrade() else { return };
+                pool.set_discovered(&urls);
+            }
+            Err(error) => warn!(name = %dns.name, %error, "resolving drafters failed"),
+        }
+        tokio::time::sleep(dns.refresh.max(Duration::from_millis(100))).await;
+        if pool.strong_count() == 0 {
+            return;
+        }
     }
 }
 
 impl DrafterEndpoint {
+    fn new(url: &str, limits: &MessageLimits, discovered: bool) -> Result<Self, DrafterSetupError> {
+        let channel = Endpoint::from_shared(url.to_owned())
+            .map_err(|e| DrafterSetupError::Url {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?
+            .connect_lazy();
+        Ok(Self {
+            url: url.to_owned(),
+            client: DrafterClient::new(channel).with_message_limits(limits),
+            info: Mutex::new(None),
+            open_sessions: AtomicUsize::new(0),
+            avoid_until: Mutex::new(None),
+            discovered,
+        })
+    }
+
+    fn backing_off(&self, now: Instant) -> bool {
+        self.avoid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|until| now < until)
+    }
+
     async fn info(&self) -> Option<DrafterInfo> {
         let cached = *self.info.lock().unwrap_or_else(PoisonError::into_inner);
         if cached.is_some() {
@@ -140,8 +317,74 @@ impl DrafterEndpoint {
         let info = DrafterInfo {
             kind,
             max_draft_tokens: stats.max_draft_tokens as usize,
+            vocab_size: stats.vocab_size as usize,
         };
+        debug!(url = %self.url, ?info, "drafter described itself");
         *self.info.lock().unwrap_or_else(PoisonError::into_inner) = Some(info);
         Some(info)
+    }
+}
+
+impl Lease {
+    pub fn info(&self) -> DrafterInfo {
+        self.info
+    }
+
+    pub fn url(&self) -> &str {
+        &self.endpoint.url
+    }
+
+    pub fn client(&self) -> DrafterClient<Channel> {
+        self.endpoint.client.clone()
+    }
+
+    pub(crate) fn endpoint(&self) -> &DrafterEndpoint {
+        &self.endpoint
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.endpoint.open_sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(urls: &[&str]) -> DrafterPool {
+        let urls: Vec<String> = urls.iter().map(|u| (*u).to_owned()).collect();
+        DrafterPool::new(&urls, &MessageLimits::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn discovery_keeps_configured_urls_and_replaces_discovered_ones() {
+        let pool = pool(&["http://10.0.0.1:50052"]);
+        pool.set_discovered(&[
+            "http://10.0.0.2:50052".into(),
+            "http://10.0.0.3:50052".into(),
+        ]);
+        assert_eq!(
+            pool.urls(),
+            [
+                "http://10.0.0.1:50052",
+                "http://10.0.0.2:50052",
+                "http://10.0.0.3:50052"
+            ]
+        );
+        pool.set_discovered(&["http://10.0.0.3:50052".into()]);
+        assert_eq!(
+            pool.urls(),
+            ["http://10.0.0.1:50052", "http://10.0.0.3:50052"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bad_url_names_itself() {
+        let err = DrafterPool::new(&["not a url".into()], &MessageLimits::default())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not a url"), "{err}");
     }
 }

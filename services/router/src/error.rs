@@ -1,6 +1,6 @@
 //! Failures of the router's remote calls.
 
-use tonic::Status;
+use tonic::{Code, Status};
 
 /// A call to the verifier or a drafter failed.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,14 @@ impl RemoteError {
         Self::Protocol {
             service,
             reason: reason.into(),
+        }
+    }
+
+    /// The status code a service answered with; `None` for protocol violations.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Status { status, .. } => Some(status.code()),
+            Self::Protocol { .. } => None,
         }
     }
 

@@ -10,8 +10,11 @@
 //! that goes away drops it too; either way the round loop's guard releases the verifier
 //! sequence and closes the drafter session in the background.
 
+mod admission;
 pub mod carry;
+mod client_telemetry;
 pub mod config;
+pub mod deadline;
 pub mod drafters;
 pub mod error;
 pub mod remote_drafter;
@@ -26,7 +29,7 @@ pub mod text;
 pub mod validate;
 
 pub use config::{RouterConfig, TargetLimits};
-pub use drafters::DraftSource;
+pub use drafters::{DraftSource, DrafterDns};
 pub use serve::{serve, ServeError};
 pub use service::{GenerationService, RouterSetupError};
 pub use text::TargetText;

@@ -1,217 +1,503 @@
-//! The drafter side of one request, over gRPC.
+//! The drafter side of one request, over gRPC, with failover between the pool's drafters.
+//!
+//! A session sticks to one drafter. When that drafter fails (connection lost, UNAVAILABLE,
+//! DEADLINE_EXCEEDED, or NOT_FOUND because it restarted), the session is opened again on
+//! another drafter of the same kind and the round is drafted there: an MTP drafter starts
+//! from a fresh verifier snapshot, a draft-model drafter from the committed context. Only
+//! when no drafter is left does the error reach the round loop, which then decodes plainly.
+//! Drafts never change the output, so neither does a failover.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
-use specd_core::{DraftRequest, Drafter, OpenRequest, SessionId};
+use specd_core::{DraftRequest, Drafter, OpenRequest, SamplingParams, SessionId};
 use specd_wire::drafter::{
     draft_request, open_request, CloseRequest, DraftRequest as WireDraft, DrafterClient,
     DrafterKind, MtpCarry, OpenHeader, OpenRequest as WireOpen, TokenCarry,
 };
-use specd_wire::WireTensor;
+use specd_wire::{SnapshotChunk, WireTensor};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::Code;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::carry::{merge_deltas, WireCarry};
+use crate::client_telemetry;
+use crate::deadline::with_deadline;
+use crate::drafters::{DrafterPool, Lease};
 use crate::error::RemoteError;
+use crate::remote_verifier::RemoteSequence;
 use crate::sampling::sampling_to_wire;
+use specd_telemetry::propagation::traced;
 
-/// Attempts of a Draft that failed in transport (rounds are idempotent).
-const DRAFT_ATTEMPTS: usize = 2;
-
-#[derive(Debug, Clone)]
+#[derive(Clone, Default)]
 struct SessionState {
-    session_id: u64,
+    /// The drafter the session lives on.
+    lease: Option<Arc<Lease>>,
+    /// The drafter's id of the open session.
+    session_id: Option<u64>,
     /// Draft calls answered so far; the drafter's round numbers count these.
     rounds: u64,
     /// The hidden state of the last carry, reused when no round happened since.
     hidden: Option<WireTensor>,
+    /// Draft-model sessions: every token in the target cache as of the last draft call,
+    /// what a new session on another drafter starts from.
+    context: Vec<u32>,
+    sampling: Option<SamplingParams>,
 }
 
-/// One request's session on a remote drafter, as core's [`Drafter`].
-pub struct RemoteSession {
-    client: DrafterClient<Channel>,
+/// One request's session on the drafter pool, as core's [`Drafter`].
+pub struct RemoteSession<'a> {
+    pool: Arc<DrafterPool>,
     kind: DrafterKind,
-    state: Mutex<Option<SessionState>>,
+    /// The request's verifier sequence, whose snapshot re-opens an MTP session elsewhere.
+    verifier: &'a RemoteSequence,
+    deadline: Option<Instant>,
+    /// Sessions re-opened on another drafter, reported in the request's stats.
+    resyncs: Arc<AtomicU32>,
+    state: Mutex<SessionState>,
 }
 
-impl RemoteSession {
-    /// A session of a drafter of `kind` (which decides what each round ships).
-    pub fn new(client: DrafterClient<Channel>, kind: DrafterKind) -> Self {
+/// A failed drafter call, and whether the drafter itself should be avoided for a while.
+struct CallFailure {
+    error: RemoteError,
+    avoid_endpoint: bool,
+    resync: bool,
+}
+
+impl<'a> RemoteSession<'a> {
+    /// A session that starts on `lease`'s drafter and may move to any drafter of the same
+    /// kind in `pool`.
+    pub fn new(
+        pool: Arc<DrafterPool>,
+        lease: Lease,
+        verifier: &'a RemoteSequence,
+        deadline: Option<Instant>,
+        resyncs: Arc<AtomicU32>,
+    ) -> Self {
         Self {
-            client,
-            kind,
-            state: Mutex::new(None),
+            pool,
+            kind: lease.info().kind,
+            verifier,
+            deadline,
+            resyncs,
+            state: Mutex::new(SessionState {
+                lease: Some(Arc::new(lease)),
+                ..SessionState::default()
+            }),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, Option<SessionState>> {
+    fn state(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The carry of the rounds since the last draft, in this drafter's form.
-    fn carry(
+    fn is_mtp(&self) -> bool {
+        self.kind == DrafterKind::Mtp
+    }
+
+    /// What an Open of a session at `committed_len` sends.
+    fn open_messages(
         &self,
-        request: DraftRequest<WireCarry>,
-        last_hidden: Option<WireTensor>,
-    ) -> Result<(draft_request::Carry, Option<WireTensor>), RemoteError> {
-        match self.kind {
-            DrafterKind::Mtp => {
-                let mut hidden = last_hidden;
-                let mut deltas = Vec::new();
-                for carry in request.carries {
-                    if carry.hidden.is_some() {
-                        hidden = carry.hidden;
-                    }
-                    deltas.extend(carry.delta);
+        sampling: &SamplingParams,
+        committed_len: usize,
+        context: Vec<u32>,
+        snapshot: Vec<SnapshotChunk>,
+    ) -> Result<Vec<WireOpen>, RemoteError> {
+        let committed_len = u32::try_from(committed_len)
+            .map_err(|_| RemoteError::protocol("router", "committed length exceeds 32 bits"))?;
+        let header = OpenHeader {
+            sampling: Some(sampling_to_wire(sampling)),
+            committed_len,
+            context_ids: if self.is_mtp() { Vec::new() } else { context },
+        };
+        let mut messages = vec![WireOpen {
+            body: Some(open_request::Body::Header(header)),
+        }];
+        messages.extend(snapshot.into_iter().map(|chunk| WireOpen {
+            body: Some(open_request::Body::Snapshot(chunk)),
+        }));
+        Ok(messages)
+    }
+
+    /// Opens a session on `lease`'s drafter. The call completes in its own task, which
+    /// closes the session if this request was dropped meanwhile.
+    async fn open_on(&self, lease: &Lease, messages: Vec<WireOpen>) -> Result<u64, CallFailure> {
+        let (sender, receiver) = oneshot::channel();
+        let client = lease.client();
+        let deadline = self.deadline;
+        tokio::spawn(
+            async move {
+                let outcome = open_call(client.clone(), messages, deadline).await;
+                if let Err(Ok(orphan)) = sender.send(outcome) {
+                    close_call(client, orphan).await;
                 }
-                let hidden = hidden.ok_or_else(|| {
-                    RemoteError::protocol("verifier", "no hidden state for the MTP drafter")
-                })?;
-                let carry = MtpCarry {
-                    hidden: Some(hidden.clone()),
-                    delta: merge_deltas(deltas)?,
-                };
-                Ok((draft_request::Carry::Mtp(carry), Some(hidden)))
             }
-            _ => Ok((
-                draft_request::Carry::Tokens(TokenCarry {
-                    committed: request.committed_tokens,
-                }),
-                None,
-            )),
+            .instrument(tracing::Span::current()),
+        );
+        match receiver.await {
+            Ok(Ok(session_id)) => Ok(session_id),
+            Ok(Err(status)) => Err(self.failure(status)),
+            Err(_) => Err(CallFailure {
+                error: RemoteError::protocol("drafter", "open task ended early"),
+                avoid_endpoint: false,
+                resync: false,
+            }),
         }
     }
+
+    fn failure(&self, status: tonic::Status) -> CallFailure {
+        let expired = self.deadline.is_some_and(|d| Instant::now() >= d);
+        let code = status.code();
+        CallFailure {
+            avoid_endpoint: !expired && endpoint_failed(code),
+            resync: !expired && code != Code::InvalidArgument,
+            error: RemoteError::drafter(status),
+        }
+    }
+
+    /// One Draft call on the open session.
+    async fn draft_on(&self, lease: &Lease, wire: WireDraft) -> Result<Vec<u32>, CallFailure> {
+        let span = client_telemetry::draft_span(&wire);
+        let started = Instant::now();
+        let request_bytes = prost::Message::encoded_len(&wire);
+        let request = span
+            .in_scope(|| with_deadline(wire, self.deadline))
+            .map_err(|s| self.failure(s))?;
+        match lease.client().draft(request).instrument(span.clone()).await {
+            Ok(response) => {
+                let response = response.into_inner();
+                let response_bytes = prost::Message::encoded_len(&response);
+                let drafts = response.drafts;
+                client_telemetry::drafted(
+                    &span,
+                    request_bytes,
+                    response_bytes,
+                    drafts.len(),
+                    started,
+                );
+                Ok(drafts)
+            }
+            Err(status) => Err(self.failure(status)),
+        }
+    }
+
+    /// The MTP carry of the rounds since the last draft, and the hidden state it ends on.
+    fn mtp_carry(
+        carries: Vec<WireCarry>,
+        last_hidden: Option<WireTensor>,
+    ) -> Result<(MtpCarry, WireTensor), RemoteError> {
+        let mut hidden = last_hidden;
+        let mut deltas = Vec::new();
+        for carry in carries {
+            if carry.hidden.is_some() {
+                hidden = carry.hidden;
+            }
+            deltas.extend(carry.delta);
+        }
+        let hidden = hidden.ok_or_else(|| {
+            RemoteError::protocol("verifier", "no hidden state for the MTP drafter")
+        })?;
+        let carry = MtpCarry {
+            hidden: Some(hidden.clone()),
+            delta: merge_deltas(deltas)?,
+        };
+        Ok((carry, hidden))
+    }
+
+    /// Re-opens the session on another drafter at `committed_len` and drafts round 1
+    /// there. Tries every usable drafter of this kind; the error of the last try when none
+    /// is left.
+    async fn resync(
+        &self,
+        mut tried: Vec<String>,
+        mut last: RemoteError,
+        wire: WireDraft,
+        committed_len: usize,
+        hidden: Option<WireTensor>,
+        context: Vec<u32>,
+    ) -> Result<Vec<u32>, RemoteError> {
+        let sampling = self
+            .state()
+            .sampling
+            .ok_or_else(|| RemoteError::protocol("drafter", "no session was opened"))?;
+        let mut snapshot: Option<Vec<SnapshotChunk>> = None;
+        loop {
+            let Some(lease) = self.pool.pick(Some(self.kind), &tried).await else {
+                return Err(last);
+            };
+            tried.push(lease.url().to_owned());
+            if self.is_mtp() && snapshot.is_none() {
+                snapshot = Some(self.verifier.snapshot().await?);
+            }
+            let messages = self.open_messages(
+                &sampling,
+                committed_len,
+                context.clone(),
+                snapshot.clone().unwrap_or_default(),
+            )?;
+            let session_id = match self.open_on(&lease, messages).await {
+                Ok(id) => id,
+                Err(failure) => {
+                    last = self.note_failure(&lease, failure)?;
+                    continue;
+                }
+            };
+            let carry = if self.is_mtp() {
+                draft_request::Carry::Mtp(MtpCarry {
+                    hidden: hidden.clone(),
+                    delta: None,
+                })
+            } else {
+                draft_request::Carry::Tokens(TokenCarry::default())
+            };
+            let max = u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX);
+            let first = WireDraft {
+                session_id,
+                round: 1,
+                count: wire.count.min(max),
+                carry: Some(carry),
+                ..wire.clone()
+            };
+            match self.draft_on(&lease, first).await {
+                Ok(drafts) => {
+                    info!(url = lease.url(), session_id, "drafter session resynced");
+                    self.resyncs.fetch_add(1, Ordering::Relaxed);
+                    *self.state() = SessionState {
+                        lease: Some(Arc::new(lease)),
+                        session_id: Some(session_id),
+                        rounds: 1,
+                        hidden,
+                        context,
+                        sampling: Some(sampling),
+                    };
+                    return Ok(drafts);
+                }
+                Err(failure) => {
+                    tokio::spawn(close_call(lease.client(), session_id));
+                    last = self.note_failure(&lease, failure)?;
+                }
+            }
+        }
+    }
+
+    /// Books a failed call on `lease`'s drafter; the error back when another drafter
+    /// should be tried, as `Err` when not.
+    fn note_failure(
+        &self,
+        lease: &Lease,
+        failure: CallFailure,
+    ) -> Result<RemoteError, RemoteError> {
+        warn!(url = lease.url(), error = %failure.error, "drafter call failed");
+        if failure.avoid_endpoint {
+            self.pool.failed(lease.endpoint());
+        }
+        if failure.resync {
+            Ok(failure.error)
+        } else {
+            Err(failure.error)
+        }
+    }
+}
+
+fn endpoint_failed(code: Code) -> bool {
+    !matches!(
+        code,
+        Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange
+    )
 }
 
 async fn open_call(
     mut client: DrafterClient<Channel>,
     messages: Vec<WireOpen>,
-) -> Result<u64, RemoteError> {
-    let response = client
-        .open(tokio_stream::iter(messages))
-        .await
-        .map_err(RemoteError::drafter)?;
-    Ok(response.into_inner().session_id)
+    deadline: Option<std::time::Instant>,
+) -> Result<u64, tonic::Status> {
+    let request = with_deadline(tokio_stream::iter(messages), deadline)?;
+    Ok(client.open(request).await?.into_inner().session_id)
 }
 
 async fn close_call(mut client: DrafterClient<Channel>, session_id: u64) {
-    match client.close(CloseRequest { session_id }).await {
+    match client.close(traced(CloseRequest { session_id })).await {
         Ok(_) => debug!(session_id, "drafter session closed"),
         Err(status) => warn!(session_id, %status, "closing a drafter session failed"),
     }
 }
 
-impl Drafter for RemoteSession {
+impl Drafter for RemoteSession<'_> {
     type Carry = WireCarry;
     type Error = RemoteError;
 
-    async fn open(&self, request: OpenRequest<WireCarry>) -> Result<(), RemoteError> {
-        let committed_len = u32::try_from(request.prompt_ids.len())
-            .map_err(|_| RemoteError::protocol("router", "prompt length exceeds 32 bits"))?;
-        let mtp = self.kind == DrafterKind::Mtp;
-        let header = OpenHeader {
-            sampling: Some(sampling_to_wire(&request.sampling)),
-            committed_len,
-            context_ids: if mtp { Vec::new() } else { request.prompt_ids },
-        };
-        let mut messages = vec![WireOpen {
-            body: Some(open_request::Body::Header(header)),
-        }];
-        if mtp {
-            messages.extend(request.carry.snapshot.into_iter().map(|chunk| WireOpen {
-                body: Some(open_request::Body::Snapshot(chunk)),
-            }));
+    fn kind(&self) -> &'static str {
+        if self.is_mtp() {
+            "mtp"
+        } else {
+            "draft_model"
         }
-        // As with prefill: the call always completes in its own task, which closes the
-        // session if this request was dropped meanwhile.
-        let (sender, receiver) = oneshot::channel();
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            let outcome = open_call(client.clone(), messages).await;
-            if let Err(Ok(orphan)) = sender.send(outcome) {
-                close_call(client, orphan).await;
+    }
+
+    async fn open(&self, request: OpenRequest<WireCarry>) -> Result<(), RemoteError> {
+        let snapshot = if self.is_mtp() {
+            request.carry.snapshot
+        } else {
+            Vec::new()
+        };
+        let messages = self.open_messages(
+            &request.sampling,
+            request.prompt_ids.len(),
+            request.prompt_ids.clone(),
+            snapshot,
+        )?;
+        {
+            let mut state = self.state();
+            state.sampling = Some(request.sampling);
+            state.hidden = request.carry.hidden;
+            state.context = if self.is_mtp() {
+                Vec::new()
+            } else {
+                request.prompt_ids
+            };
+        }
+        let mut tried = Vec::new();
+        let mut lease = self.state().lease.take();
+        loop {
+            let current = match lease.take() {
+                Some(lease) => lease,
+                None => match self.pool.pick(Some(self.kind), &tried).await {
+                    Some(lease) => Arc::new(lease),
+                    None => {
+                        return Err(RemoteError::protocol(
+                            "drafter",
+                            "no drafter could open the session",
+                        ))
+                    }
+                },
+            };
+            tried.push(current.url().to_owned());
+            match self.open_on(&current, messages.clone()).await {
+                Ok(session_id) => {
+                    let mut state = self.state();
+                    state.lease = Some(current);
+                    state.session_id = Some(session_id);
+                    return Ok(());
+                }
+                Err(failure) => {
+                    self.note_failure(&current, failure)?;
+                }
             }
-        });
-        let session_id = receiver
-            .await
-            .map_err(|_| RemoteError::protocol("drafter", "open task ended early"))??;
-        *self.state() = Some(SessionState {
-            session_id,
-            rounds: 0,
-            hidden: request.carry.hidden,
-        });
-        Ok(())
+        }
     }
 
     async fn draft(&self, request: DraftRequest<WireCarry>) -> Result<Vec<u32>, RemoteError> {
-        let state = self
-            .state()
-            .clone()
-            .ok_or_else(|| RemoteError::protocol("drafter", "no session is open"))?;
+        let state = self.state().clone();
+        let (Some(lease), Some(session_id)) = (state.lease.clone(), state.session_id) else {
+            return Err(RemoteError::protocol("drafter", "no session is open"));
+        };
         let position = request
             .committed_len
             .checked_sub(1)
             .and_then(|p| u32::try_from(p).ok())
             .ok_or_else(|| RemoteError::protocol("router", "invalid committed length"))?;
+        let committed_len = request.committed_len;
         let wire_round = state.rounds + 1;
-        let bonus = request.bonus;
-        let count = u32::try_from(request.count).unwrap_or(u32::MAX);
-        let output_index_base = u32::try_from(request.output_index_base)
-            .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?;
-        let (carry, hidden) = self.carry(request, state.hidden)?;
+        let (carry, hidden, context) = if self.is_mtp() {
+            let (carry, hidden) = Self::mtp_carry(request.carries, state.hidden)?;
+            (draft_request::Carry::Mtp(carry), Some(hidden), Vec::new())
+        } else {
+            let mut context = state.context;
+            context.extend_from_slice(&request.committed_tokens);
+            let carry = draft_request::Carry::Tokens(TokenCarry {
+                committed: request.committed_tokens,
+            });
+            (carry, None, context)
+        };
         let wire = WireDraft {
-            session_id: state.session_id,
+            session_id,
             round: wire_round,
-            bonus,
+            bonus: request.bonus,
             position,
-            count,
-            output_index_base,
+            count: u32::try_from(request.count).unwrap_or(u32::MAX),
+            output_index_base: u32::try_from(request.output_index_base)
+                .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
             carry: Some(carry),
         };
-        let mut attempt = 0;
-        let response = loop {
-            attempt += 1;
-            match self.client.clone().draft(wire.clone()).await {
-                Ok(response) => break response.into_inner(),
-                Err(status) if status.code() == Code::Unavailable && attempt < DRAFT_ATTEMPTS => {
-                    warn!(session_id = state.session_id, %status, "draft failed in transport; retrying");
-                }
-                Err(status) => return Err(RemoteError::drafter(status)),
+        match self.draft_on(&lease, wire.clone()).await {
+            Ok(drafts) => {
+                let mut live = self.state();
+                live.rounds = wire_round;
+                live.hidden = hidden;
+                live.context = context;
+                Ok(drafts)
             }
-        };
-        if let Some(live) = self.state().as_mut() {
-            live.rounds = wire_round;
-            live.hidden = hidden;
+            Err(failure) => {
+                if failure.error.code() != Some(Code::NotFound) {
+                    tokio::spawn(close_call(lease.client(), session_id));
+                }
+                {
+                    // The session is gone either way; a resync starts a new one.
+                    let mut live = self.state();
+                    live.lease = None;
+                    live.session_id = None;
+                }
+                let avoid = failure.avoid_endpoint;
+                let last = self.note_failure(&lease, failure)?;
+                if !self.is_mtp() && context.len() != committed_len {
+                    return Err(RemoteError::protocol(
+                        "router",
+                        format!(
+                            "context of {} tokens for a committed length of {committed_len}",
+                            context.len()
+                        ),
+                    ));
+                }
+                let tried = if avoid {
+                    vec![lease.url().to_owned()]
+                } else {
+                    Vec::new()
+                };
+                drop(lease);
+                self.resync(tried, last, wire, committed_len, hidden, context)
+                    .await
+            }
         }
-        Ok(response.drafts)
     }
 
     async fn close(&self, _session: SessionId) -> Result<(), RemoteError> {
-        let state = self.state().take();
-        if let Some(state) = state {
-            self.client
-                .clone()
-                .close(CloseRequest {
-                    session_id: state.session_id,
-                })
-                .await
-                .map_err(RemoteError::drafter)?;
+        // The session stays known until the call has answered: if this future is dropped
+        // meanwhile (a deadline, a cancelled client), `close_detached` still closes it.
+        let (lease, session_id) = {
+            let state = self.state();
+            (state.lease.clone(), state.session_id)
+        };
+        if let (Some(lease), Some(session_id)) = (lease, session_id) {
+            let closed = lease
+                .client()
+                .close(traced(CloseRequest { session_id }))
+                .await;
+            {
+                let mut state = self.state();
+                state.lease = None;
+                state.session_id = None;
+            }
+            closed.map_err(RemoteError::drafter)?;
         }
         Ok(())
     }
 
     fn close_detached(&self, _session: SessionId) {
-        let Some(state) = self.state().take() else {
+        let (lease, session_id) = {
+            let mut state = self.state();
+            (state.lease.take(), state.session_id.take())
+        };
+        let (Some(lease), Some(session_id)) = (lease, session_id) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(close_call(self.client.clone(), state.session_id));
+                runtime.spawn(close_call(lease.client(), session_id));
             }
             Err(_) => warn!(
-                session_id = state.session_id,
+                session_id,
                 "no runtime to close the drafter session on; it will expire"
             ),
         }

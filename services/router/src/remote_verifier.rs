@@ -1,20 +1,25 @@
 //! The verifier side of one request, over gRPC.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use specd_core::{PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest};
 use specd_wire::verifier::{
-    prefill_response, PrefillRequest as WirePrefill, ReleaseRequest, TruncateRequest,
-    VerifierClient, VerifyRequest as WireVerify,
+    prefill_response, PrefillRequest as WirePrefill, ReleaseRequest, SnapshotRequest,
+    TruncateRequest, VerifierClient, VerifyRequest as WireVerify,
 };
+use specd_wire::SnapshotChunk;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::Code;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use crate::carry::WireCarry;
+use crate::client_telemetry;
+use crate::deadline::with_deadline;
 use crate::error::RemoteError;
 use crate::sampling::sampling_to_wire;
+use specd_telemetry::propagation::traced;
 
 /// Attempts of a Verify that failed in transport; the round is idempotent, so a retry after
 /// a lost answer is safe.
@@ -29,6 +34,8 @@ pub struct SequenceOptions {
     pub with_mtp_state: bool,
     /// Largest snapshot chunk to accept (0: the verifier's default).
     pub max_chunk_bytes: u64,
+    /// The client's deadline, carried on every call.
+    pub deadline: Option<Instant>,
 }
 
 /// The verifier's id and committed length of the request's sequence.
@@ -70,13 +77,41 @@ impl RemoteSequence {
     fn current(&self) -> Result<Handle, RemoteError> {
         (*self.handle()).ok_or_else(|| RemoteError::protocol("verifier", "no sequence is live"))
     }
+
+    /// The sequence's shared-K/V snapshot at its committed length, for opening a drafter
+    /// session mid-request. Later K/V deltas are relative to it.
+    pub async fn snapshot(&self) -> Result<Vec<SnapshotChunk>, RemoteError> {
+        let handle = self.current()?;
+        let request = with_deadline(
+            SnapshotRequest {
+                seq_id: handle.seq_id,
+                max_chunk_bytes: self.options.max_chunk_bytes,
+            },
+            self.options.deadline,
+        )
+        .map_err(RemoteError::verifier)?;
+        let mut stream = self
+            .client
+            .clone()
+            .snapshot(request)
+            .await
+            .map_err(RemoteError::verifier)?
+            .into_inner();
+        let mut chunks = Vec::new();
+        while let Some(chunk) = stream.message().await.map_err(RemoteError::verifier)? {
+            chunks.push(chunk);
+        }
+        Ok(chunks)
+    }
 }
 
 /// Runs a whole Prefill stream: the head, then every snapshot chunk.
 async fn prefill_call(
     mut client: VerifierClient<Channel>,
     request: WirePrefill,
+    deadline: Option<Instant>,
 ) -> Result<PrefillOutcome, RemoteError> {
+    let request = with_deadline(request, deadline).map_err(RemoteError::verifier)?;
     let mut stream = client
         .prefill(request)
         .await
@@ -120,7 +155,7 @@ async fn prefill_call(
 }
 
 async fn release_call(mut client: VerifierClient<Channel>, seq_id: u64) {
-    match client.release(ReleaseRequest { seq_id }).await {
+    match client.release(traced(ReleaseRequest { seq_id })).await {
         Ok(_) => debug!(seq_id, "verifier sequence released"),
         Err(status) => warn!(seq_id, %status, "releasing a verifier sequence failed"),
     }
@@ -142,12 +177,16 @@ impl Verifier for RemoteSequence {
         // request is dropped meanwhile, the task releases the sequence itself.
         let (sender, receiver) = oneshot::channel();
         let client = self.client.clone();
-        tokio::spawn(async move {
-            let outcome = prefill_call(client.clone(), wire).await;
-            if let Err(Ok(orphan)) = sender.send(outcome) {
-                release_call(client, orphan.seq_id).await;
+        let deadline = self.options.deadline;
+        tokio::spawn(
+            async move {
+                let outcome = prefill_call(client.clone(), wire, deadline).await;
+                if let Err(Ok(orphan)) = sender.send(outcome) {
+                    release_call(client, orphan.seq_id).await;
+                }
             }
-        });
+            .instrument(tracing::Span::current()),
+        );
         let outcome = receiver
             .await
             .map_err(|_| RemoteError::protocol("verifier", "prefill task ended early"))??;
@@ -173,10 +212,21 @@ impl Verifier for RemoteSequence {
             })?,
             committed_len: handle.committed_len,
         };
+        let span = client_telemetry::verify_span(&wire);
+        let started = Instant::now();
         let mut attempt = 0;
         let response = loop {
             attempt += 1;
-            match self.client.clone().verify(wire.clone()).await {
+            let request = span
+                .in_scope(|| with_deadline(wire.clone(), self.options.deadline))
+                .map_err(RemoteError::verifier)?;
+            match self
+                .client
+                .clone()
+                .verify(request)
+                .instrument(span.clone())
+                .await
+            {
                 Ok(response) => break response.into_inner(),
                 Err(status) if status.code() == Code::Unavailable && attempt < VERIFY_ATTEMPTS => {
                     warn!(seq_id = handle.seq_id, %status, "verify failed in transport; retrying");
@@ -184,6 +234,7 @@ impl Verifier for RemoteSequence {
                 Err(status) => return Err(RemoteError::verifier(status)),
             }
         };
+        client_telemetry::verified(&span, &wire, &response, started);
         let expected = handle.committed_len as u64 + response.accepted as u64 + 1;
         if u64::from(response.committed_len) != expected {
             return Err(RemoteError::protocol(
@@ -216,10 +267,16 @@ impl Verifier for RemoteSequence {
         let response = self
             .client
             .clone()
-            .truncate(TruncateRequest {
-                seq_id: handle.seq_id,
-                committed_len,
-            })
+            .truncate(
+                with_deadline(
+                    TruncateRequest {
+                        seq_id: handle.seq_id,
+                        committed_len,
+                    },
+                    self.options.deadline,
+                )
+                .map_err(RemoteError::verifier)?,
+            )
             .await
             .map_err(RemoteError::verifier)?
             .into_inner();
@@ -230,15 +287,19 @@ impl Verifier for RemoteSequence {
     }
 
     async fn release(&self, _seq: SeqId) -> Result<(), RemoteError> {
-        let handle = self.handle().take();
+        // The handle stays until the call has answered: if this future is dropped meanwhile
+        // (a deadline, a cancelled client), `release_detached` still knows the sequence.
+        let handle = *self.handle();
         if let Some(handle) = handle {
-            self.client
+            let released = self
+                .client
                 .clone()
-                .release(ReleaseRequest {
+                .release(traced(ReleaseRequest {
                     seq_id: handle.seq_id,
-                })
-                .await
-                .map_err(RemoteError::verifier)?;
+                }))
+                .await;
+            self.handle().take();
+            released.map_err(RemoteError::verifier)?;
         }
         Ok(())
     }

@@ -1,5 +1,7 @@
 //! What a finished request reports: finish reason, matched stop string and statistics.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use specd_core::{Detokenizer, Finish, FinishReason as CoreFinish, TokenDelta};
@@ -33,6 +35,8 @@ pub struct RequestFacts {
     pub seed: u64,
     pub context_capped: bool,
     pub stop: Vec<String>,
+    /// Drafter sessions re-opened elsewhere, counted while the request runs.
+    pub resyncs: Arc<AtomicU32>,
 }
 
 /// The last message's fields.
@@ -78,7 +82,7 @@ impl RequestFacts {
                 .collect(),
             mean_accepted_tokens_per_round: spec.accepted_tokens_per_round().unwrap_or(0.0),
             plain_rounds: saturate(spec.rounds.saturating_sub(drafting_rounds)),
-            drafter_resyncs: 0,
+            drafter_resyncs: self.resyncs.load(Ordering::Relaxed),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

@@ -1,7 +1,8 @@
 //! Running one request: the round loop over the verifier and the request's drafter.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use specd_core::{
     BlockSizeConfig, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop,
@@ -12,6 +13,7 @@ use specd_wire::verifier::VerifierClient;
 use tonic::transport::Channel;
 use tonic::Status;
 
+use crate::admission::Admission;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::Drafters;
 use crate::error::RemoteError;
@@ -27,7 +29,17 @@ pub struct RouterState {
     pub(crate) config: RouterConfig,
     pub(crate) drafters: Drafters,
     pub(crate) text: Arc<TargetText>,
+    pub(crate) admission: Arc<Admission>,
     next_id: AtomicU64,
+}
+
+/// What a request brings to its run besides the plan.
+pub(crate) struct RequestScope {
+    /// The client's deadline: every call carries the time left, and the request ends with
+    /// DEADLINE_EXCEEDED once it passes.
+    pub deadline: Option<Instant>,
+    /// Drafter sessions the request re-opened elsewhere after a drafter failed.
+    pub resyncs: Arc<AtomicU32>,
 }
 
 impl RouterState {
@@ -38,23 +50,52 @@ impl RouterState {
         drafters: Drafters,
         text: Arc<TargetText>,
     ) -> Self {
+        let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
+        let admission = Arc::new(Admission::new(
+            config.max_concurrent_requests,
+            config.max_batch_tokens,
+            max_block_size,
+        ));
         Self {
             verifier,
             limits,
             config,
             drafters,
             text,
+            admission,
             next_id: AtomicU64::new(1),
         }
     }
 
     /// Generates `plan`, sending events to `sink`. The verifier sequence and any drafter
-    /// session are freed however this ends, including when the future is dropped.
+    /// session are freed however this ends, including when the future is dropped or the
+    /// deadline passes.
     pub(crate) async fn run<S: EventSink>(
         &self,
         plan: Plan,
         sink: &mut S,
         control: &RequestControl,
+        scope: &RequestScope,
+    ) -> Result<Finish, Status> {
+        let run = self.run_loop(plan, sink, control, scope);
+        match scope.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(
+                        "the request's deadline passed before it finished",
+                    ))
+                }),
+            None => run.await,
+        }
+    }
+
+    async fn run_loop<S: EventSink>(
+        &self,
+        plan: Plan,
+        sink: &mut S,
+        control: &RequestControl,
+        scope: &RequestScope,
     ) -> Result<Finish, Status> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut block = self.block_config(plan.block);
@@ -62,6 +103,7 @@ impl RouterState {
             max_new_tokens: u32::try_from(plan.max_tokens).unwrap_or(u32::MAX),
             with_mtp_state: false,
             max_chunk_bytes: self.config.limits.snapshot_chunk_bytes() as u64,
+            deadline: scope.deadline,
         };
         let request = |block_size| GenerationRequest {
             seq: SeqId(id),
@@ -85,14 +127,21 @@ impl RouterState {
                     .run(request(block), sink, control)
                     .await
             }
-            (Drafters::Remote(pool), true) => match pool.pick().await {
-                Some((client, info)) => {
+            (Drafters::Remote(pool), true) => match pool.pick(None, &[]).await {
+                Some(lease) => {
+                    let info = lease.info();
                     let depth = info.max_draft_tokens + 1;
                     block.requested = block.requested.min(depth);
                     block.configured = block.configured.min(depth);
                     options.with_mtp_state = info.kind == DrafterKind::Mtp;
                     let verifier = RemoteSequence::new(self.verifier.clone(), options);
-                    let session = RemoteSession::new(client, info.kind);
+                    let session = RemoteSession::new(
+                        pool.clone(),
+                        lease,
+                        &verifier,
+                        scope.deadline,
+                        scope.resyncs.clone(),
+                    );
                     RoundLoop::new(&verifier, Some(&session), text)
                         .run(request(block), sink, control)
                         .await
@@ -132,10 +181,9 @@ impl RouterState {
         match choice {
             BlockChoice::Disabled => BlockSizeConfig::PLAIN,
             BlockChoice::Fixed(size) => BlockSizeConfig::fixed(size.min(ceiling)),
-            BlockChoice::Adaptive => BlockSizeConfig {
-                requested: ceiling,
-                configured: self.config.block_size.min(ceiling),
-            },
+            BlockChoice::Adaptive => {
+                BlockSizeConfig::adaptive(ceiling, self.config.block_size.min(ceiling))
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The public `specd.v1.Generation` service.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use specd_core::RequestControl;
+use specd_telemetry::record::ActiveRequest;
 use specd_wire::generation::{
     GenerateRequest, GenerateResponse, GenerateStreamResponse, Generation,
 };
@@ -13,15 +14,17 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
+use crate::admission::Admitted;
 use crate::config::{RouterConfig, TargetLimits};
+use crate::deadline::request_deadline;
 use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
 use crate::report::RequestFacts;
-use crate::run::RouterState;
+use crate::run::{RequestScope, RouterState};
 use crate::sink::{CollectSink, StreamSink};
 use crate::text::TargetText;
-use crate::validate::plan;
+use crate::validate::{plan, Plan};
 
 /// Messages buffered per stream before the round loop waits for the client.
 const STREAM_BUFFER: usize = 16;
@@ -85,6 +88,9 @@ impl GenerationService {
             warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
         }
         let drafters = Drafters::new(source, &config.limits)?;
+        if let Drafters::Remote(pool) = &drafters {
+            pool.expect_vocab(limits.vocab_size);
+        }
         Ok(Self {
             state: Arc::new(RouterState::new(
                 client,
@@ -106,6 +112,55 @@ impl GenerationService {
     }
 }
 
+/// A request past validation and admission, ready to run.
+struct Prepared {
+    plan: Plan,
+    facts: RequestFacts,
+    scope: RequestScope,
+    admitted: Admitted,
+}
+
+impl GenerationService {
+    /// What the unary and streaming calls share: the deadline, validation, admission.
+    fn prepare(&self, request: Request<GenerateRequest>) -> Result<Prepared, Status> {
+        let started = Instant::now();
+        let state = &self.state;
+        let deadline = request_deadline(request.metadata(), started)?;
+        let plan = plan(
+            request.into_inner(),
+            &state.limits,
+            &state.config,
+            &state.text,
+        )?;
+        let admitted = state.admission.admit()?;
+        let resyncs = Arc::new(AtomicU32::new(0));
+        let facts = RequestFacts {
+            started,
+            prompt_tokens: plan.prompt_ids.len(),
+            seed: plan.sampling.seed,
+            context_capped: plan.context_capped,
+            stop: plan.stop.clone(),
+            resyncs: resyncs.clone(),
+        };
+        Ok(Prepared {
+            plan,
+            facts,
+            scope: RequestScope { deadline, resyncs },
+            admitted,
+        })
+    }
+
+    /// Stops taking requests: new ones are refused with UNAVAILABLE.
+    pub(crate) fn start_drain(&self) {
+        self.state.admission.start_drain();
+    }
+
+    /// Resolves once no request runs.
+    pub(crate) async fn drained(&self) {
+        self.state.admission.drained().await;
+    }
+}
+
 #[tonic::async_trait]
 impl Generation for GenerationService {
     type GenerateStreamStream = ReceiverStream<Result<GenerateStreamResponse, Status>>;
@@ -114,25 +169,20 @@ impl Generation for GenerationService {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<GenerateResponse>, Status> {
-        let started = Instant::now();
+        let Prepared {
+            plan,
+            facts,
+            scope,
+            admitted,
+        } = self.prepare(request)?;
+        let _active = ActiveRequest::start();
         let state = &self.state;
-        let plan = plan(
-            request.into_inner(),
-            &state.limits,
-            &state.config,
-            &state.text,
-        )?;
-        let facts = RequestFacts {
-            started,
-            prompt_tokens: plan.prompt_ids.len(),
-            seed: plan.sampling.seed,
-            context_capped: plan.context_capped,
-            stop: plan.stop.clone(),
-        };
         let mut sink = CollectSink::default();
         // A client that cancels drops this future; the round loop's guard then frees the
         // verifier sequence and drafter session in the background.
-        let finish = state.run(plan, &mut sink, &RequestControl::new()).await?;
+        let finish = state
+            .run(plan, &mut sink, admitted.control(), &scope)
+            .await?;
         let report = facts.report(&finish, &sink.transcript, &state.text);
         Ok(Response::new(GenerateResponse {
             token_ids: sink.transcript.tokens,
@@ -147,36 +197,36 @@ impl Generation for GenerationService {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStreamStream>, Status> {
-        let started = Instant::now();
+        let Prepared {
+            plan,
+            facts,
+            scope,
+            admitted,
+        } = self.prepare(request)?;
         let state = self.state.clone();
-        let plan = plan(
-            request.into_inner(),
-            &state.limits,
-            &state.config,
-            &state.text,
-        )?;
-        let facts = RequestFacts {
-            started,
-            prompt_tokens: plan.prompt_ids.len(),
-            seed: plan.sampling.seed,
-            context_capped: plan.context_capped,
-            stop: plan.stop.clone(),
-        };
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(async move {
-            let watch = sender.clone();
-            let mut sink = StreamSink::new(sender, facts, state.text.clone());
-            let control = RequestControl::new();
-            tokio::select! {
-                result = state.run(plan, &mut sink, &control) => {
-                    if let Err(status) = result {
-                        let _ = watch.send(Err(status)).await;
+        let active = ActiveRequest::start();
+        // The request's spans stay in the trace of the call that started it.
+        let call_span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                let _active = active;
+                let watch = sender.clone();
+                let mut sink = StreamSink::new(sender, facts, state.text.clone());
+                tokio::select! {
+                    result = state.run(plan, &mut sink, admitted.control(), &scope) => {
+                        if let Err(status) = result {
+                            let _ = watch.send(Err(status)).await;
+                        }
                     }
+                    // The client is gone: dropping the round loop frees its sequence and session.
+                    () = watch.closed() => debug!("stream client went away; request dropped"),
                 }
-                // The client is gone: dropping the round loop frees its sequence and session.
-                () = watch.closed() => debug!("stream client went away; request dropped"),
+                // The request holds its place until its last message is queued.
+                drop(admitted);
             }
-        });
+            .instrument(call_span),
+        );
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 }

@@ -1,5 +1,5 @@
 //! The target's text side: tokenizer and end-of-sequence ids, read from its checkpoint
-//! directory (the router never loads the model itself).
+//! directory or from a GGUF file's metadata (the router never loads the model itself).
 
 use std::path::Path;
 
@@ -26,6 +26,8 @@ fn file_error(path: &Path, reason: impl ToString) -> TextError {
 pub struct TargetText {
     tokenizer: Option<tokenizers::Tokenizer>,
     eos_token_ids: Vec<u32>,
+    /// Leave special tokens (chat-turn markers, end of text) out of decoded text.
+    skip_special_tokens: bool,
 }
 
 impl TargetText {
@@ -55,6 +57,20 @@ impl TargetText {
         Ok(Self {
             tokenizer,
             eos_token_ids,
+            skip_special_tokens: false,
+        })
+    }
+
+    /// The tokenizer and end-of-sequence ids of a Qwen2 GGUF model (`tokenizer.json` beside
+    /// the file when present, else rebuilt from the GGUF metadata). Decoded text leaves out
+    /// special tokens, as `specd generate` does for GGUF models.
+    pub fn from_gguf(path: &Path) -> Result<Self, TextError> {
+        let tokenizer = specd_models::qwen2::Qwen2Tokenizer::for_model(path)
+            .map_err(|e| file_error(path, e))?;
+        Ok(Self {
+            eos_token_ids: tokenizer.eos_token_ids().to_vec(),
+            tokenizer: Some(tokenizer.inner().clone()),
+            skip_special_tokens: true,
         })
     }
 
@@ -63,6 +79,7 @@ impl TargetText {
         Self {
             tokenizer: None,
             eos_token_ids,
+            skip_special_tokens: false,
         }
     }
 
@@ -92,7 +109,7 @@ impl Detokenizer for TargetText {
     fn decode(&self, ids: &[u32]) -> Result<String, DetokenizeError> {
         match &self.tokenizer {
             Some(tokenizer) => tokenizer
-                .decode(ids, false)
+                .decode(ids, self.skip_special_tokens)
                 .map_err(|e| DetokenizeError(e.to_string())),
             None => Ok(String::new()),
         }

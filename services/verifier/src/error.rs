@@ -18,6 +18,11 @@ pub enum VerifierError {
     Model(#[from] specd_models::ModelError),
     #[error("tensor: {0}")]
     Tensor(#[from] candle_core::Error),
+    /// A batched forward failed; every row in it gets this error.
+    #[error("batched forward: {0}")]
+    Forward(String),
+    #[error("the verifier's batch worker has stopped")]
+    Stopped,
 }
 
 impl VerifierError {

@@ -1,6 +1,8 @@
 //! The verifier side of specd: owns target-model sequences and their caches, and runs
 //! verify-accept-rollback rounds.
 
+mod admission;
+pub mod batch;
 mod carry;
 mod error;
 mod local;
@@ -9,6 +11,8 @@ pub mod server;
 mod target;
 mod verify_block;
 
+pub use admission::KvBudget;
+pub use batch::{BatchConfig, BatchStats, BatchVerifier};
 pub use carry::TargetCarry;
 pub use error::VerifierError;
 pub use local::{LocalVerifier, VerifierLimits};

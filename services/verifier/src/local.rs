@@ -8,8 +8,10 @@ use specd_core::{
     PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier, VerifyRequest,
 };
 
+use candle_core::Tensor;
 use specd_models::gemma4::SharedKv;
 
+use crate::admission::{Admissions, KvBudget, Reservation};
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
 use crate::target::{TargetModel, MAX_ROLLBACK};
@@ -28,22 +30,37 @@ impl Default for VerifierLimits {
     }
 }
 
-struct Sequence<C> {
-    cache: C,
+pub(crate) struct Sequence<C> {
+    pub cache: C,
     sampling: SamplingParams,
     /// The last round answered, kept so a retried round returns the same answer.
-    last_round: Option<(u32, Vec<u32>, Verified<TargetCarry>)>,
+    pub last_round: Option<LastRound>,
 }
 
-type SequenceTable<C> = Mutex<HashMap<SeqId, Arc<Mutex<Sequence<C>>>>>;
+/// A round's number, its block and its answer.
+pub(crate) type LastRound = (u32, Vec<u32>, Verified<TargetCarry>);
+
+/// One sequence's state, locked by whoever runs a step of it.
+pub(crate) type SequenceHandle<C> = Arc<Mutex<Sequence<C>>>;
+
+type SequenceTable<C> = Mutex<HashMap<SeqId, SequenceHandle<C>>>;
+
+/// What a verify round needs next, once its request passed the checks.
+pub(crate) enum VerifyStart {
+    /// A retry of the last answered round: its stored answer.
+    Replay(Verified<TargetCarry>),
+    /// The block must be forwarded; the cache held `start_len` tokens before it.
+    Run { start_len: usize },
+}
 
 pub struct LocalVerifier<T: TargetModel> {
     target: Arc<T>,
     sequences: SequenceTable<T::Cache>,
     limits: VerifierLimits,
+    admissions: Admissions,
 }
 
-fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
+pub(crate) fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
     // A panic while holding the lock leaves data that is still structurally valid here.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -54,7 +71,14 @@ impl<T: TargetModel> LocalVerifier<T> {
             target,
             sequences: Mutex::new(HashMap::new()),
             limits,
+            admissions: Admissions::new(limits.max_sequences, KvBudget::default()),
         }
+    }
+
+    /// Admits sequences only while their worst-case K/V fits `budget`.
+    pub fn with_kv_budget(mut self, budget: KvBudget) -> Self {
+        self.admissions = Admissions::new(self.limits.max_sequences, budget);
+        self
     }
 
     pub fn target(&self) -> &Arc<T> {
@@ -74,7 +98,29 @@ impl<T: TargetModel> LocalVerifier<T> {
             .sum()
     }
 
-    fn sequence(&self, seq: SeqId) -> Result<Arc<Mutex<Sequence<T::Cache>>>, VerifierError> {
+    /// The K/V memory budget sequences are admitted against.
+    pub fn kv_budget(&self) -> KvBudget {
+        self.admissions.budget()
+    }
+
+    /// Bytes the K/V budget allows (the token budget converted with the target's bound when
+    /// only tokens are limited); 0 when unlimited.
+    pub fn kv_capacity_bytes(&self) -> usize {
+        let budget = self.admissions.budget();
+        match (budget.max_bytes, budget.max_tokens) {
+            (Some(bytes), Some(tokens)) => bytes.min(self.target.kv_bytes_bound(tokens)),
+            (Some(bytes), None) => bytes,
+            (None, Some(tokens)) => self.target.kv_bytes_bound(tokens),
+            (None, None) => 0,
+        }
+    }
+
+    /// K/V tokens and bytes that admitted sequences have reserved.
+    pub fn kv_reserved(&self) -> (usize, usize) {
+        self.admissions.reserved()
+    }
+
+    pub(crate) fn sequence(&self, seq: SeqId) -> Result<SequenceHandle<T::Cache>, VerifierError> {
         lock(&self.sequences)
             .get(&seq)
             .cloned()
@@ -95,10 +141,14 @@ impl<T: TargetModel> LocalVerifier<T> {
         }
     }
 
-    pub fn prefill_sync(
+    /// Checks a prefill and reserves its worst case: the prompt, `max_new_tokens` (the whole
+    /// context when unknown) and the rollback slack of one verify block. The reservation
+    /// lasts until [`Self::release_sync`].
+    pub(crate) fn admit(
         &self,
-        request: PrefillRequest,
-    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        request: &PrefillRequest,
+        max_new_tokens: Option<usize>,
+    ) -> Result<(), VerifierError> {
         if request.prompt_ids.is_empty() {
             return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
         }
@@ -117,21 +167,33 @@ impl<T: TargetModel> LocalVerifier<T> {
                 ),
             ));
         }
-        {
-            let seqs = lock(&self.sequences);
-            if seqs.contains_key(&request.seq) {
-                return Err(VerifierError::DuplicateSequence(request.seq));
-            }
-            if seqs.len() >= self.limits.max_sequences {
-                return Err(VerifierError::ResourceExhausted(format!(
-                    "{} sequences are live, the limit is {}",
-                    seqs.len(),
-                    self.limits.max_sequences
-                )));
-            }
+        if lock(&self.sequences).contains_key(&request.seq) {
+            return Err(VerifierError::DuplicateSequence(request.seq));
         }
-        let mut cache = self.target.new_cache()?;
-        let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
+        let tokens = match max_new_tokens {
+            Some(new) => request
+                .prompt_ids
+                .len()
+                .saturating_add(new)
+                .saturating_add(MAX_ROLLBACK + 1)
+                .min(limit),
+            None => limit,
+        };
+        let wanted = Reservation {
+            tokens,
+            bytes: self.target.kv_bytes_bound(tokens),
+        };
+        self.admissions.reserve(request.seq, wanted)
+    }
+
+    /// Samples the first token of a prefilled cache and makes the sequence live. The
+    /// sequence must have been admitted; one released meanwhile stays gone.
+    pub(crate) fn finish_prefill(
+        &self,
+        request: PrefillRequest,
+        cache: T::Cache,
+        hidden: Tensor,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
         let first_token = sample_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
         let len = self.target.cache_len(&cache);
         let carry = if request.want_carry {
@@ -153,16 +215,47 @@ impl<T: TargetModel> LocalVerifier<T> {
         if seqs.contains_key(&request.seq) {
             return Err(VerifierError::DuplicateSequence(request.seq));
         }
+        if !self.admissions.holds(request.seq) {
+            return Err(VerifierError::UnknownSequence(request.seq));
+        }
         seqs.insert(request.seq, Arc::new(Mutex::new(entry)));
         Ok(Prefilled { first_token, carry })
     }
 
-    pub fn verify_sync(
+    pub fn prefill_sync(
         &self,
-        request: VerifyRequest,
-    ) -> Result<Verified<TargetCarry>, VerifierError> {
-        let seq = self.sequence(request.seq)?;
-        let mut seq = lock(&seq);
+        request: PrefillRequest,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        self.prefill_sync_with_budget(request, None)
+    }
+
+    /// A prefill that reserves K/V for `max_new_tokens` generated tokens (the whole context
+    /// when `None`).
+    pub fn prefill_sync_with_budget(
+        &self,
+        request: PrefillRequest,
+        max_new_tokens: Option<usize>,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        self.admit(&request, max_new_tokens)?;
+        let seq = request.seq;
+        let run = || {
+            let mut cache = self.target.new_cache()?;
+            let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
+            self.finish_prefill(request, cache, hidden)
+        };
+        let result = run();
+        if result.is_err() {
+            self.admissions.release(seq);
+        }
+        result
+    }
+
+    /// Replays a retried round or checks a new one before its forward.
+    pub(crate) fn begin_verify(
+        &self,
+        seq: &Sequence<T::Cache>,
+        request: &VerifyRequest,
+    ) -> Result<VerifyStart, VerifierError> {
         if let Some((round, tokens, answer)) = &seq.last_round {
             if *round == request.round {
                 if *tokens != request.tokens {
@@ -171,7 +264,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                         "a retried round must send the same tokens",
                     ));
                 }
-                return Ok(answer.clone());
+                return Ok(VerifyStart::Replay(answer.clone()));
             }
         }
         let tokens = &request.tokens;
@@ -206,19 +299,24 @@ impl<T: TargetModel> LocalVerifier<T> {
                 ),
             ));
         }
+        Ok(VerifyStart::Run { start_len })
+    }
+
+    /// Accepts and rolls back a forwarded block (`hidden`: every position's hidden), and
+    /// records the answer for retries. On error the cache is left as before the round.
+    pub(crate) fn finish_verify(
+        &self,
+        seq: &mut Sequence<T::Cache>,
+        request: &VerifyRequest,
+        hidden: &Tensor,
+        start_len: usize,
+    ) -> Result<Verified<TargetCarry>, VerifierError> {
         let sampling = seq.sampling;
-        let hidden = {
-            let mut rows = [(&mut seq.cache, tokens.as_slice())];
-            self.target
-                .forward_blocks(&mut rows)?
-                .pop()
-                .ok_or_else(|| VerifierError::invalid("tokens", "empty forward"))?
-        };
         let outcome = accept_and_rollback(
             &*self.target,
             &mut seq.cache,
-            tokens,
-            &hidden,
+            &request.tokens,
+            hidden,
             start_len,
             &sampling,
             request.budget,
@@ -228,7 +326,6 @@ impl<T: TargetModel> LocalVerifier<T> {
         let outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
-                // Leave the sequence as it was before the round.
                 let _ = self.target.truncate(&mut seq.cache, start_len);
                 return Err(e);
             }
@@ -240,6 +337,47 @@ impl<T: TargetModel> LocalVerifier<T> {
         };
         seq.last_round = Some((request.round, request.tokens.clone(), answer.clone()));
         Ok(answer)
+    }
+
+    /// The first position the sequence's sliding shared K/V still holds, when the target
+    /// exports one.
+    pub(crate) fn sliding_start(
+        &self,
+        seq: &Sequence<T::Cache>,
+    ) -> Result<Option<usize>, VerifierError> {
+        let len = self.target.cache_len(&seq.cache);
+        Ok(self
+            .target
+            .shared_kv(&seq.cache, 0, len)?
+            .and_then(|kv| kv.sliding.map(|s| s.start)))
+    }
+
+    pub fn verify_sync(
+        &self,
+        request: VerifyRequest,
+    ) -> Result<Verified<TargetCarry>, VerifierError> {
+        let seq = self.sequence(request.seq)?;
+        let mut seq = lock(&seq);
+        let start_len = match self.begin_verify(&seq, &request)? {
+            VerifyStart::Replay(answer) => return Ok(answer),
+            VerifyStart::Run { start_len } => start_len,
+        };
+        let forwarded = {
+            let mut rows = [(&mut seq.cache, request.tokens.as_slice())];
+            self.target.forward_blocks(&mut rows)
+        };
+        let hidden = match forwarded.map(|mut rows| rows.pop()) {
+            Ok(Some(hidden)) => hidden,
+            Ok(None) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(VerifierError::invalid("tokens", "empty forward"));
+            }
+            Err(e) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        self.finish_verify(&mut seq, &request, &hidden, start_len)
     }
 
     pub fn truncate_sync(&self, seq: SeqId, committed_len: usize) -> Result<(), VerifierError> {
@@ -258,9 +396,11 @@ impl<T: TargetModel> LocalVerifier<T> {
         self.target.truncate(&mut entry.cache, committed_len)
     }
 
-    /// Frees a sequence; false when it was not live.
+    /// Frees a sequence and its K/V reservation; false when it was not live or admitted.
     pub fn release_sync(&self, seq: SeqId) -> bool {
-        lock(&self.sequences).remove(&seq).is_some()
+        let live = lock(&self.sequences).remove(&seq).is_some();
+        let admitted = self.admissions.release(seq);
+        live || admitted
     }
 
     /// The sequence's committed length and the shared K/V a drafter mirrors, over every

@@ -62,19 +62,33 @@ impl TargetModel for Qwen2Target {
         2 * c.num_layers * c.num_kv_heads * c.head_dim * cache.capacity() * 4
     }
 
-    fn prefill(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Tensor, VerifierError> {
-        let mut last = None;
-        for piece in tokens.chunks(PREFILL_CHUNK) {
-            last = Some(
-                self.model
-                    .forward_block_hidden(piece, cache)
-                    .map_err(model_error)?,
-            );
+    fn kv_bytes_bound(&self, tokens: usize) -> usize {
+        let c = self.model.config();
+        2 * c.num_layers * c.num_kv_heads * c.head_dim * tokens * 4
+    }
+
+    fn prefill_chunk_len(&self) -> usize {
+        PREFILL_CHUNK
+    }
+
+    fn prefill_piece(
+        &self,
+        cache: &mut KvCache,
+        piece: &[u32],
+        last: bool,
+    ) -> Result<Option<Tensor>, VerifierError> {
+        let hidden = self
+            .model
+            .forward_block_hidden(piece, cache)
+            .map_err(model_error)?;
+        if !last {
+            return Ok(None);
         }
-        let hidden =
-            last.ok_or_else(|| VerifierError::invalid("prompt_ids", "must not be empty"))?;
         let n = hidden.dims()[0];
-        Ok(hidden.narrow(0, n - 1, 1)?)
+        if n == 0 {
+            return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
+        }
+        Ok(Some(hidden.narrow(0, n - 1, 1)?))
     }
 
     fn forward_blocks(

@@ -1,5 +1,6 @@
 //! Per-request block-size state: history, external cap and the speculation switch.
 
+use super::cost_policy::{CostAwarePolicy, RoundMeasurement, RoundPlan};
 use super::rule::{next_block_size, HISTORY_WINDOW};
 
 /// Block sizes a request asks for. A block size of 1 or less means no speculation (K = 0:
@@ -10,6 +11,10 @@ pub struct BlockSizeConfig {
     pub requested: usize,
     /// The drafter's trained depth; sizes above it are only used while they pay off.
     pub configured: usize,
+    /// Within what the rule and cap allow, pick the block size with the lowest measured cost
+    /// per token, switching speculation off while plain decoding is cheaper (see
+    /// [`CostAwarePolicy`]). Off: always the rule's size.
+    pub cost_aware: bool,
 }
 
 impl BlockSizeConfig {
@@ -17,14 +22,30 @@ impl BlockSizeConfig {
     pub const PLAIN: BlockSizeConfig = BlockSizeConfig {
         requested: 1,
         configured: 1,
+        cost_aware: false,
     };
 
-    /// The same requested and configured size.
+    /// The same requested and configured size, every round (not cost-aware).
     pub fn fixed(block_size: usize) -> Self {
         Self {
             requested: block_size,
             configured: block_size,
+            cost_aware: false,
         }
+    }
+
+    /// The §4.1 rule between `configured` and `requested`, made cost-aware.
+    pub fn adaptive(requested: usize, configured: usize) -> Self {
+        Self {
+            requested,
+            configured,
+            cost_aware: true,
+        }
+    }
+
+    /// This config with the cost-aware policy switched on or off.
+    pub fn with_cost_aware(self, cost_aware: bool) -> Self {
+        Self { cost_aware, ..self }
     }
 
     /// Whether any round may draft.
@@ -42,6 +63,8 @@ pub struct BlockSizeController {
     /// Accepted counts, oldest first; trimmed to the window in batches so the rule can read
     /// a plain slice.
     history: Vec<usize>,
+    /// Present when the config is cost-aware.
+    policy: Option<CostAwarePolicy>,
 }
 
 impl BlockSizeController {
@@ -52,6 +75,7 @@ impl BlockSizeController {
             enabled: config.is_speculative(),
             cap: None,
             history: Vec::with_capacity(2 * HISTORY_WINDOW),
+            policy: config.cost_aware.then(CostAwarePolicy::new),
         }
     }
 
@@ -71,6 +95,32 @@ impl BlockSizeController {
             bs = bs.min(cap);
         }
         bs.max(1)
+    }
+
+    /// Plans the next round: [`Self::next`], then, when cost-aware, the cheapest size up to
+    /// it (possibly a plain round with speculation switched off).
+    pub fn plan(&mut self, remaining: usize) -> RoundPlan {
+        let upper = self.next(remaining);
+        match &mut self.policy {
+            Some(policy) if self.enabled => policy.plan(upper),
+            _ => RoundPlan {
+                block_size: upper,
+                speculation_off: false,
+                switched: false,
+            },
+        }
+    }
+
+    /// Feeds a round's measured costs to the cost-aware policy, if any.
+    pub fn observe(&mut self, round: &RoundMeasurement) {
+        if let Some(policy) = &mut self.policy {
+            policy.record(round);
+        }
+    }
+
+    /// Whether the cost-aware policy has speculation switched off right now.
+    pub fn is_speculation_off(&self) -> bool {
+        self.policy.as_ref().is_some_and(CostAwarePolicy::is_off)
     }
 
     /// Records the accepted draft count of a round that drafted.
@@ -124,10 +174,8 @@ mod tests {
 
     #[test]
     fn warms_up_then_grows_then_backs_off() {
-        let mut c = BlockSizeController::new(BlockSizeConfig {
-            requested: 8,
-            configured: 4,
-        });
+        let mut c =
+            BlockSizeController::new(BlockSizeConfig::adaptive(8, 4).with_cost_aware(false));
         for _ in 0..7 {
             assert_eq!(c.next(100), 4);
             c.record(3);
@@ -177,5 +225,21 @@ mod tests {
         c.disable();
         assert!(!c.is_enabled());
         assert_eq!(c.next(100), 1);
+    }
+
+    #[test]
+    fn plans_follow_the_rule_unless_cost_aware() {
+        let mut c = BlockSizeController::new(BlockSizeConfig::fixed(5));
+        for _ in 0..20 {
+            assert_eq!(c.plan(100).block_size, 5);
+            c.record(0);
+        }
+        let mut c = BlockSizeController::new(BlockSizeConfig::adaptive(5, 5));
+        c.set_cap(Some(3));
+        let plan = c.plan(100);
+        assert_eq!(plan.block_size, 3, "cost-aware starts at the rule's size");
+        assert!(!plan.speculation_off);
+        c.disable();
+        assert_eq!(c.plan(100).block_size, 1);
     }
 }

@@ -109,6 +109,10 @@ impl<C: Send> Drafter for NgramDrafter<C> {
     type Carry = C;
     type Error = NgramDrafterError;
 
+    fn kind(&self) -> &'static str {
+        "ngram"
+    }
+
     async fn open(&self, request: OpenRequest<C>) -> Result<(), NgramDrafterError> {
         self.open_now(request.session, &request.prompt_ids)
     }

@@ -1,14 +1,16 @@
 //! The per-request round loop: prefill, then draft / verify / emit rounds until a stop.
 
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::answer_check::check_verify_answer;
 use super::cleanup::Cleanup;
+use super::clock::{Clock, SystemClock};
 use super::control::RequestControl;
 use super::error::RoundLoopError;
 use super::events::{Event, EventSink, Finish, TokenDelta};
+use super::observe;
 use super::request::GenerationRequest;
-use crate::block_size::BlockSizeController;
+use crate::block_size::{BlockSizeController, DraftMeasurement, RoundMeasurement};
 use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 use crate::fallback::{DrafterFallback, FallbackCause};
 use crate::finish::FinishReason;
@@ -24,6 +26,7 @@ pub struct RoundLoop<'a, V, D, T: ?Sized> {
     verifier: &'a V,
     drafter: Option<&'a D>,
     detokenizer: &'a T,
+    clock: &'a dyn Clock,
 }
 
 impl<'a, V, T> RoundLoop<'a, V, NoDrafter<V::Carry>, T>
@@ -37,6 +40,7 @@ where
             verifier,
             drafter: None,
             detokenizer,
+            clock: &SystemClock,
         }
     }
 }
@@ -53,7 +57,14 @@ where
             verifier,
             drafter,
             detokenizer,
+            clock: &SystemClock,
         }
+    }
+
+    /// This loop measuring draft and verify calls with `clock` (for the cost-aware block
+    /// size) instead of the system clock.
+    pub fn with_clock(self, clock: &'a dyn Clock) -> Self {
+        Self { clock, ..self }
     }
 
     /// Generates one request, sending [`Event`]s to `sink`, and returns how it finished.
@@ -72,8 +83,10 @@ where
     ) -> Result<Finish, RoundLoopError<V::Error>> {
         request.validate()?;
         let mut cleanup = Cleanup::new(self.verifier, request.seq);
+        let span = observe::generate_span(request.prompt_ids.len(), request.stop.max_tokens);
         let result = Generation::new(self, &request, sink, control, &mut cleanup)
             .run()
+            .instrument(span)
             .await;
         cleanup.finish().await;
         result
@@ -98,6 +111,7 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     cleanup: &'r mut Cleanup<'a, V, D>,
     stop: StopChecker<'a, T>,
     controller: BlockSizeController,
+    clock: &'a dyn Clock,
     stats: SpecStats,
     /// Last emitted token, not yet in the target cache.
     bonus: u32,
@@ -144,6 +158,7 @@ where
             cleanup,
             stop: StopChecker::new(parts.detokenizer, request.stop.clone(), context),
             controller,
+            clock: parts.clock,
             stats: SpecStats::default(),
             bonus: 0,
             emitted: 0,
@@ -155,6 +170,7 @@ where
     }
 
     async fn run(mut self) -> Result<Finish, RoundLoopError<V::Error>> {
+        let mut timer = observe::RequestTimer::start();
         let prefilled = self
             .verifier
             .prefill(PrefillRequest {
@@ -168,13 +184,16 @@ where
         self.bonus = prefilled.first_token;
         self.open_drafter(prefilled.carry).await;
         let mut finish = self.emit(&[prefilled.first_token]).await?.finish;
+        timer.first_token();
         let reason = loop {
             match finish {
                 Some(reason) => break reason,
-                None => finish = self.round().await?,
+                None => finish = observe::round(self.round, self.round()).await?,
             }
         };
-        Ok(self.finish(reason).await)
+        let finish = self.finish(reason).await;
+        timer.finished(&finish);
+        Ok(finish)
     }
 
     async fn open_drafter(&mut self, carry: Option<V::Carry>) {
@@ -212,12 +231,31 @@ where
             return Ok(Some(FinishReason::Length));
         }
         self.controller.set_cap(self.control.block_cap());
-        let block_size = self.controller.next(budget + 1);
+        let block_size = self.plan_block(budget + 1);
+        observe::block_size(block_size);
+        let mut draft_measurement = None;
         let drafts = match self.drafter {
-            Some(drafter) if block_size > 1 => self.draft(drafter, block_size - 1).await,
+            Some(drafter) if block_size > 1 => {
+                let catch_up = self.pending_carries.len() > 1;
+                let start = self.clock.now();
+                let drafts = self.draft(drafter, block_size - 1).await;
+                draft_measurement = Some(DraftMeasurement {
+                    steps: block_size - 1,
+                    time: self.clock.now().saturating_duration_since(start),
+                    catch_up,
+                });
+                drafts
+            }
             _ => Vec::new(),
         };
+        let verify_start = self.clock.now();
         let verified = self.verify(&drafts, budget).await?;
+        self.controller.observe(&RoundMeasurement {
+            draft: draft_measurement,
+            verified: drafts.len() + 1,
+            verify_time: self.clock.now().saturating_duration_since(verify_start),
+            accepted: verified.accepted,
+        });
         let committed_before = self.committed_len;
         let accepted = verified.accepted;
         self.commit(&drafts, accepted, verified.carry);
@@ -236,6 +274,25 @@ where
             self.bonus = bonus;
         }
         Ok(None)
+    }
+
+    /// The next round's block size, counting rounds the cost-aware policy runs plain.
+    fn plan_block(&mut self, remaining: usize) -> usize {
+        let plan = self.controller.plan(remaining);
+        if plan.speculation_off {
+            self.stats.speculation_off_rounds += 1;
+        }
+        if plan.switched {
+            self.stats.speculation_switches += 1;
+            observe::speculation_switch(!self.controller.is_speculation_off());
+            debug!(
+                seq = %self.request.seq,
+                round = self.round,
+                off = self.controller.is_speculation_off(),
+                "speculation switched"
+            );
+        }
+        plan.block_size
     }
 
     /// Verifies `[bonus, drafts..]` and checks the answer.
@@ -275,6 +332,8 @@ where
     /// Books a verified round: stats, history, cache length and what the drafter must learn.
     fn commit(&mut self, drafts: &[u32], accepted: usize, carry: Option<V::Carry>) {
         self.stats.record_round(drafts.len(), accepted);
+        let drafter_kind = self.drafter.map_or("none", |drafter| drafter.kind());
+        observe::verified(drafter_kind, drafts.len(), accepted);
         if !drafts.is_empty() {
             self.controller.record(accepted);
         }
@@ -331,6 +390,7 @@ where
             %message,
             "drafter failed; continuing without speculation"
         );
+        observe::fallback(cause);
         self.stats.fallback = Some(DrafterFallback {
             round: self.round,
             cause,
@@ -370,6 +430,7 @@ where
             }
         }
         self.emitted += count;
+        observe::emitted(count);
         let delta = TokenDelta {
             first_index,
             tokens: tokens[..count].to_vec(),

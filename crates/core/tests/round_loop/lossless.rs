@@ -22,10 +22,7 @@ const POLICIES: [Policy; 4] = [
 
 fn block_configs() -> Vec<BlockSizeConfig> {
     let mut configs: Vec<BlockSizeConfig> = (1..=8).map(BlockSizeConfig::fixed).collect();
-    configs.push(BlockSizeConfig {
-        requested: 8,
-        configured: 4,
-    });
+    configs.push(BlockSizeConfig::adaptive(8, 4).with_cost_aware(false));
     configs
 }
 
@@ -198,10 +195,7 @@ fn adaptive_block_size_grows_after_warm_up_with_a_good_drafter() {
     let verifier = TableVerifier::default();
     let drafter = TableDrafter::new(Policy::Oracle);
     let stop = StopConditions::max_tokens(200);
-    let config = BlockSizeConfig {
-        requested: 8,
-        configured: 3,
-    };
+    let config = BlockSizeConfig::adaptive(8, 3).with_cost_aware(false);
     let (_, outcome) = run(
         &verifier,
         Some(&drafter),

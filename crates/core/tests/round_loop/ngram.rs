@@ -33,10 +33,7 @@ fn configs() -> [NgramConfig; 3] {
 
 fn block_configs() -> Vec<BlockSizeConfig> {
     let mut configs: Vec<BlockSizeConfig> = (2..=8).map(BlockSizeConfig::fixed).collect();
-    configs.push(BlockSizeConfig {
-        requested: 8,
-        configured: 4,
-    });
+    configs.push(BlockSizeConfig::adaptive(8, 4).with_cost_aware(false));
     configs
 }
 

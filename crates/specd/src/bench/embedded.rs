@@ -30,10 +30,11 @@ enum Timed {
     DraftModel(Box<TimedDrafter<InProcess<DraftModelEngine>>>),
 }
 
-/// Counts tokens; no text, as the split modes send token ids and get no text back either.
+/// Keeps the token ids; no text, as the split modes send token ids and get no text back
+/// either.
 #[derive(Default)]
 struct CountSink {
-    tokens: usize,
+    tokens: Vec<u32>,
 }
 
 impl EventSink for CountSink {
@@ -42,7 +43,7 @@ impl EventSink for CountSink {
         event: Event,
     ) -> impl std::future::Future<Output = Result<(), SinkClosed>> + Send {
         if let Event::Tokens(delta) = event {
-            self.tokens += delta.tokens.len();
+            self.tokens.extend_from_slice(&delta.tokens);
         }
         std::future::ready(Ok(()))
     }
@@ -93,6 +94,21 @@ impl<T: TargetModel> EmbeddedSuite<T> {
         eos: &[u32],
         into: &mut ModeResult,
     ) -> Result<()> {
+        let block = block_size.map_or(BlockSizeConfig::PLAIN, BlockSizeConfig::fixed);
+        self.run_with(prompt_ids, max_tokens, block, eos, into)
+            .await
+    }
+
+    /// One greedy generation of exactly `max_tokens` tokens with the block sizes of `block`
+    /// (plain when it is not speculative).
+    pub async fn run_with(
+        &self,
+        prompt_ids: &[u32],
+        max_tokens: usize,
+        block: BlockSizeConfig,
+        eos: &[u32],
+        into: &mut ModeResult,
+    ) -> Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = GenerationRequest {
             seq: SeqId(id),
@@ -111,15 +127,15 @@ impl<T: TargetModel> EmbeddedSuite<T> {
                 stop_token_ids: Vec::new(),
                 stop_strings: Vec::new(),
             },
-            block_size: block_size.map_or(BlockSizeConfig::PLAIN, BlockSizeConfig::fixed),
+            block_size: block,
         };
         self.clock.take();
         let start = Instant::now();
-        let sample = match (&self.drafter, block_size) {
-            (_, None) => self.drive::<NoDrafter<TargetCarry>>(None, request).await?,
-            (Timed::Ngram(d), Some(_)) => self.drive(Some(d), request).await?,
-            (Timed::Mtp(d), Some(_)) => self.drive(Some(d.as_ref()), request).await?,
-            (Timed::DraftModel(d), Some(_)) => self.drive(Some(d.as_ref()), request).await?,
+        let sample = match (&self.drafter, block.is_speculative()) {
+            (_, false) => self.drive::<NoDrafter<TargetCarry>>(None, request).await?,
+            (Timed::Ngram(d), true) => self.drive(Some(d), request).await?,
+            (Timed::Mtp(d), true) => self.drive(Some(d.as_ref()), request).await?,
+            (Timed::DraftModel(d), true) => self.drive(Some(d.as_ref()), request).await?,
         };
         into.runs.push(RunSample {
             elapsed: start.elapsed(),
@@ -143,11 +159,16 @@ impl<T: TargetModel> EmbeddedSuite<T> {
         if let Some(fallback) = &finish.stats.fallback {
             tracing::warn!(?fallback, "the drafter failed; the run went on without it");
         }
+        let stats = finish.stats;
         Ok(RunSample {
-            tokens: sink.tokens,
+            tokens: sink.tokens.len(),
             elapsed: Default::default(),
-            rounds: finish.stats.rounds,
-            accepted: finish.stats.accepted,
+            rounds: stats.rounds,
+            accepted: stats.accepted,
+            output: sink.tokens,
+            drafted: stats.drafted,
+            drafted_at_position: stats.drafted_at_position,
+            accepted_at_position: stats.accepted_at_position,
         })
     }
 }

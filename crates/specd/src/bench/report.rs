@@ -13,6 +13,13 @@ pub struct RunSample {
     pub elapsed: Duration,
     pub rounds: u64,
     pub accepted: u64,
+    /// The generated ids (embedded modes only; the split modes leave it empty).
+    pub output: Vec<u32>,
+    /// Draft tokens verified.
+    pub drafted: u64,
+    /// Per draft position: rounds that drafted there, and rounds that accepted there.
+    pub drafted_at_position: Vec<u64>,
+    pub accepted_at_position: Vec<u64>,
 }
 
 /// Everything measured for one mode over all prompts and runs.

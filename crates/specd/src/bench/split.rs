@@ -75,6 +75,7 @@ pub async fn generate(
             elapsed,
             rounds: u64::from(stats.rounds),
             accepted: u64::from(stats.accepted),
+            ..RunSample::default()
         },
         chunk_gaps,
     })

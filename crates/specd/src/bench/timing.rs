@@ -18,6 +18,8 @@ pub struct RoundTiming {
     /// From the end of the previous verify (or of prefill and drafter open) to the end of
     /// this verify: draft + verify + whatever the round loop did in between.
     pub round: Duration,
+    /// Tokens verified: the bonus plus this round's drafts.
+    pub width: usize,
 }
 
 impl RoundTiming {
@@ -74,6 +76,7 @@ impl<V: Verifier> Verifier for TimedVerifier<V> {
     }
 
     async fn verify(&self, request: VerifyRequest) -> Result<Verified<V::Carry>, V::Error> {
+        let width = request.tokens.len();
         let start = Instant::now();
         let out = self.inner.verify(request).await;
         let end = Instant::now();
@@ -84,6 +87,7 @@ impl<V: Verifier> Verifier for TimedVerifier<V> {
             draft,
             verify: end - start,
             round,
+            width,
         });
         state.mark = Some(end);
         out

@@ -5,9 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use specd_drafter::{serve, DrafterServerConfig, DrafterService, MtpEngine};
+use specd_drafter::{
+    serve, DraftEngine, DraftModelEngine, DrafterServerConfig, DrafterService, MtpEngine,
+};
+use specd_models::qwen2::GgufFile;
 
 use super::listen::{bind, shutdown_signal};
 use super::LimitArgs;
@@ -18,10 +21,13 @@ pub struct DrafterArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50052")]
     pub listen: SocketAddr,
-    /// Gemma 4 assistant checkpoint directory (model_type gemma4_assistant).
+    /// Drafter: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant, the
+    /// mtp kind) or a GGUF file (an independent draft model, the draft-model kind).
     #[arg(long, env = "SPECD_DRAFTER")]
     pub drafter: PathBuf,
-    /// Target checkpoint directory; only its token embedding table is read (memory-mapped).
+    /// Target: for an assistant, the checkpoint directory whose token embedding table is read
+    /// (memory-mapped); for a GGUF draft model, the target GGUF file, whose vocabulary the
+    /// drafter's must equal (only its metadata is read).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
     /// Open sessions at most; more are refused with RESOURCE_EXHAUSTED.
@@ -32,16 +38,65 @@ pub struct DrafterArgs {
     pub idle_timeout_secs: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub telemetry: super::TelemetryArgs,
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DTypeArg,
 }
 
+/// Largest Draft count a draft-model drafter serves.
+const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
+
 pub async fn run(args: DrafterArgs) -> Result<()> {
     let device = args.device.device()?;
-    let engine = MtpEngine::load(&args.drafter, &args.target, args.dtype.dtype(), &device)
-        .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
+    if crate::generate::is_gguf(&args.drafter) {
+        // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
+        let target_vocab = gguf_vocab_size(&args.target, "target")?;
+        let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
+        if vocab != target_vocab {
+            bail!(
+                "drafter {}: its vocabulary has {vocab} tokens, the target {} has {target_vocab}; \
+                 a draft model must share the target's vocabulary",
+                args.drafter.display(),
+                args.target.display()
+            );
+        }
+        let engine =
+            DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
+                .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
+        serve_engine(engine, &args).await
+    } else {
+        let engine = MtpEngine::load(&args.drafter, &args.target, args.dtype.dtype(), &device)
+            .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
+        serve_engine(engine, &args).await
+    }
+}
+
+/// The vocabulary size of a GGUF model (`role` names it in errors): the rows of its token
+/// embedding table.
+fn gguf_vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
+    if !crate::generate::is_gguf(path) {
+        bail!(
+            "{role} {}: a GGUF draft model needs the target's GGUF file",
+            path.display()
+        );
+    }
+    let gguf =
+        GgufFile::open(path).with_context(|| format!("reading the {role} {}", path.display()))?;
+    let dims = gguf
+        .tensor_dims("token_embd.weight")
+        .with_context(|| format!("reading the {role} {}", path.display()))?;
+    dims.first().copied().with_context(|| {
+        format!(
+            "{role} {}: token_embd.weight has no dimensions",
+            path.display()
+        )
+    })
+}
+
+async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<()> {
     let config = DrafterServerConfig {
         limits: args.limits.limits()?,
         max_sessions: args.max_sessions,

@@ -4,7 +4,10 @@
 mod drafter;
 mod listen;
 mod router;
+mod telemetry;
 mod verifier;
+
+pub use telemetry::{init_telemetry, TelemetryArgs};
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -20,7 +23,7 @@ pub struct ServeArgs {
 enum Service {
     /// The target model: sequences, verify rounds, K/V snapshots (specd.v1.Verifier).
     Verifier(verifier::VerifierArgs),
-    /// A Gemma 4 assistant (MTP) drafter (specd.v1.Drafter).
+    /// A drafter: a Gemma 4 assistant (mtp) or a GGUF draft model (specd.v1.Drafter).
     Drafter(drafter::DrafterArgs),
     /// The public API: one round loop per request over a verifier and drafters
     /// (specd.v1.Generation).

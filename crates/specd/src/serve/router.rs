@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use specd_core::NgramConfig;
-use specd_router::{serve, DraftSource, GenerationService, RouterConfig, TargetText};
+use specd_router::{serve, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText};
 
 use super::listen::{bind, shutdown_signal};
 use super::LimitArgs;
@@ -35,12 +35,20 @@ pub struct RouterArgs {
         conflicts_with = "draft"
     )]
     pub drafters: Vec<String>,
+    /// A DNS name whose addresses are drafter services, host:port (a Kubernetes headless
+    /// service); resolved again every --drafter-dns-refresh-secs, alongside --drafters.
+    #[arg(long, env = "SPECD_DRAFTER_DNS", conflicts_with = "draft")]
+    pub drafter_dns: Option<String>,
+    /// Seconds between resolutions of --drafter-dns.
+    #[arg(long, env = "SPECD_DRAFTER_DNS_REFRESH_SECS", default_value_t = 10)]
+    pub drafter_dns_refresh_secs: u64,
     /// Draft inside the router instead of with drafter services.
     #[arg(long, env = "SPECD_DRAFT", value_enum)]
     pub draft: Option<RouterDraft>,
     /// Target checkpoint directory for tokenizer.json (text prompts, text output, stop
-    /// strings) and the end-of-sequence ids in config.json. Without it, clients send token
-    /// ids and generation ends only at max_tokens.
+    /// strings) and the end-of-sequence ids in config.json, or a GGUF target file whose
+    /// metadata holds both. Without it, clients send token ids and generation ends only at
+    /// max_tokens or a stop.
     #[arg(long, env = "SPECD_TARGET")]
     pub target: Option<PathBuf>,
     /// Block size of the adaptive policy (a drafter's trained depth).
@@ -55,26 +63,49 @@ pub struct RouterArgs {
     /// Seconds to wait for the verifier to answer at startup.
     #[arg(long, env = "SPECD_CONNECT_TIMEOUT_SECS", default_value_t = 120)]
     pub connect_timeout_secs: u64,
+    /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SPECD_MAX_CONCURRENT_REQUESTS", default_value_t = 64)]
+    pub max_concurrent_requests: usize,
+    /// Tokens all running requests verify per round together: under load each request's
+    /// block size is capped to its share (0: no cap).
+    #[arg(long, env = "SPECD_MAX_BATCH_TOKENS", default_value_t = 32)]
+    pub max_batch_tokens: usize,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub telemetry: super::TelemetryArgs,
 }
 
 pub async fn run(args: RouterArgs) -> Result<()> {
     let text = match &args.target {
+        Some(file) if crate::generate::is_gguf(file) => TargetText::from_gguf(file)
+            .with_context(|| format!("reading the tokenizer of {}", file.display()))?,
         Some(dir) => TargetText::from_dir(dir)
             .with_context(|| format!("reading the target's text files in {}", dir.display()))?,
         None => TargetText::without_tokenizer(Vec::new()),
     };
-    let source = match (args.draft, args.drafters.is_empty()) {
-        (Some(RouterDraft::Ngram), _) => DraftSource::Ngram(NgramConfig::default()),
-        (None, false) => DraftSource::Remote(args.drafters.clone()),
-        (None, true) => DraftSource::None,
+    let source = match (args.draft, &args.drafter_dns, args.drafters.is_empty()) {
+        (Some(RouterDraft::Ngram), _, _) => DraftSource::Ngram(NgramConfig::default()),
+        (None, Some(name), _) => DraftSource::Discovered {
+            urls: args.drafters.clone(),
+            dns: DrafterDns {
+                name: name.clone(),
+                refresh: Duration::from_secs(args.drafter_dns_refresh_secs),
+            },
+        },
+        (None, None, false) => DraftSource::Remote(args.drafters.clone()),
+        (None, None, true) => DraftSource::None,
     };
+    if args.max_concurrent_requests == 0 {
+        anyhow::bail!("--max-concurrent-requests: must be at least 1");
+    }
     let config = RouterConfig {
         limits: args.limits.limits()?,
         default_max_tokens: args.default_max_tokens,
         block_size: args.block_size.max(1),
         max_block_size: args.max_block_size.max(1),
+        max_concurrent_requests: args.max_concurrent_requests,
+        max_batch_tokens: args.max_batch_tokens,
     };
     let service = GenerationService::connect(
         &args.verifier,

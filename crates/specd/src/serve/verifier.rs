@@ -8,28 +8,47 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
-use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
+use specd_verifier::{
+    BatchConfig, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits,
+};
 
 use super::listen::{bind, shutdown_signal};
 use super::LimitArgs;
 use crate::device::{DTypeArg, DeviceArg};
+use crate::text::GgufText;
 
 #[derive(Args, Debug)]
 pub struct VerifierArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Target checkpoint directory (config.json, safetensors).
+    /// Target: a Gemma 4 checkpoint directory (config.json, safetensors) or a Qwen2 GGUF
+    /// file (end-of-sequence ids from its tokenizer).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
     /// Live sequences at most; more are refused with RESOURCE_EXHAUSTED.
     #[arg(long, env = "SPECD_MAX_SEQUENCES", default_value_t = 256)]
     pub max_sequences: usize,
+    /// K/V positions all sequences may reserve together (prompt + max_new_tokens + rollback
+    /// slack each); a prefill over it is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SPECD_MAX_KV_TOKENS")]
+    pub max_kv_tokens: Option<usize>,
+    /// K/V bytes all sequences may reserve together (worst case each).
+    #[arg(long, env = "SPECD_MAX_KV_BYTES")]
+    pub max_kv_bytes: Option<usize>,
+    /// Sequences one batched verify forward runs at most.
+    #[arg(long, env = "SPECD_BATCH_MAX_ROWS", default_value_t = 16)]
+    pub batch_max_rows: usize,
+    /// Microseconds the first waiting verify row waits for others to share its forward.
+    #[arg(long, env = "SPECD_BATCH_MAX_WAIT_US", default_value_t = 1000)]
+    pub batch_max_wait_us: u64,
     /// Seconds after which an untouched sequence is released (0: never).
     #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub telemetry: super::TelemetryArgs,
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
     #[arg(long, value_enum, default_value = "f32")]
@@ -38,19 +57,38 @@ pub struct VerifierArgs {
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
     let device = args.device.device()?;
-    let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
-        .with_context(|| format!("loading the target from {}", args.target.display()))?;
+    if crate::generate::is_gguf(&args.target) {
+        let eos = GgufText::for_model(&args.target)?.eos_token_ids();
+        let target = Qwen2Target::load(&args.target, &device, eos)
+            .with_context(|| format!("loading the target from {}", args.target.display()))?;
+        serve_target(target, &args).await
+    } else {
+        let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
+            .with_context(|| format!("loading the target from {}", args.target.display()))?;
+        serve_target(target, &args).await
+    }
+}
+
+async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<()> {
     let local = LocalVerifier::new(
         Arc::new(target),
         VerifierLimits {
             max_sequences: args.max_sequences,
         },
-    );
+    )
+    .with_kv_budget(KvBudget {
+        max_tokens: args.max_kv_tokens,
+        max_bytes: args.max_kv_bytes,
+    });
     let config = VerifierServerConfig {
         limits: args.limits.limits()?,
         idle_timeout: (args.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(args.idle_timeout_secs)),
         model_name: dir_name(&args.target),
+        batch: BatchConfig {
+            max_rows: args.batch_max_rows.max(1),
+            max_wait: Duration::from_micros(args.batch_max_wait_us),
+        },
     };
     let service = VerifierService::new(Arc::new(local), config);
     let incoming = bind(args.listen, "verifier")?;

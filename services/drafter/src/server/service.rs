@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use prost::Message as _;
+use specd_telemetry::propagation;
+use specd_telemetry::record::{self, Direction, Side};
 use specd_wire::drafter::{
     CloseRequest, CloseResponse, DraftRequest, DraftResponse, Drafter, DrafterStatsRequest,
     DrafterStatsResponse, OpenRequest, OpenResponse,
@@ -74,7 +77,9 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         &self,
         request: Request<DraftRequest>,
     ) -> Result<Response<DraftResponse>, Status> {
+        let started = std::time::Instant::now();
         let request = request.into_inner();
+        record::wire_bytes("draft", Direction::Received, request.encoded_len());
         check_request(&request, &self.info)?;
         let entry = self.sessions.get(request.session_id)?;
         let engine = self.engine.clone();
@@ -83,7 +88,11 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
             tokio::task::spawn_blocking(move || draft_round(&*engine, &info, &entry, request))
                 .await
                 .map_err(join_failed)??;
-        Ok(Response::new(DraftResponse { drafts }))
+        let response = DraftResponse { drafts };
+        propagation::set_current_attribute("drafted", response.drafts.len() as i64);
+        record::wire_bytes("draft", Direction::Sent, response.encoded_len());
+        record::draft_duration(Side::Server, started.elapsed());
+        Ok(Response::new(response))
     }
 
     async fn close(
@@ -103,6 +112,7 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
             kind: self.info.kind.into(),
             max_draft_tokens: u32::try_from(self.info.max_draft_tokens).unwrap_or(u32::MAX),
             model: self.info.model.clone(),
+            vocab_size: u32::try_from(self.info.vocab_size).unwrap_or(u32::MAX),
         }))
     }
 }

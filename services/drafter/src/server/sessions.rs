@@ -69,6 +69,7 @@ impl<S> Sessions<S> {
             last_used: Instant::now(),
         };
         table.insert(id, Arc::new(Mutex::new(entry)));
+        specd_telemetry::record::drafter_sessions(table.len());
         Ok(id)
     }
 
@@ -88,7 +89,10 @@ impl<S> Sessions<S> {
     }
 
     pub fn remove(&self, id: u64) -> bool {
-        lock(&self.table).remove(&id).is_some()
+        let mut table = lock(&self.table);
+        let removed = table.remove(&id).is_some();
+        specd_telemetry::record::drafter_sessions(table.len());
+        removed
     }
 
     /// Sessions not used for `timeout` and not in use right now.

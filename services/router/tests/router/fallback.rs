@@ -1,4 +1,5 @@
-//! Without a reachable drafter the router decodes plainly: slower, the same tokens.
+//! Without a reachable drafter the router decodes plainly: slower, the same tokens; a
+//! drafter that is stopped serves its open sessions first.
 
 use specd_router::DraftSource;
 use specd_wire::generation::GenerationClient;
@@ -34,10 +35,10 @@ async fn a_drafter_that_never_answers_means_plain_rounds() {
 }
 
 #[tokio::test]
-async fn a_drafter_lost_mid_request_changes_speed_not_tokens() {
+async fn a_drafter_shutting_down_mid_request_drains_it_first() {
     let mut stack = Stack::start(Some(DrafterSetup::RandomMtp)).await;
     let mut client = stack.client().await;
-    // Long enough that the request is still running when the drafter goes.
+    // Long enough that the request is still running when the drafter is told to stop.
     let plain = generate(&mut client, with_block(request(400), None, true))
         .await
         .unwrap();
@@ -47,7 +48,8 @@ async fn a_drafter_lost_mid_request_changes_speed_not_tokens() {
         .unwrap()
         .into_inner();
     let mut tokens = stream.message().await.unwrap().unwrap().token_ids;
-    // The drafter goes away while the request runs.
+    // Stopping a drafter drains it: its open session is served to the end. (A drafter
+    // that dies outright is covered by the CLI failover tests, with real processes.)
     stack.drafter = None;
     let mut last = None;
     while let Some(message) = stream.message().await.unwrap() {
@@ -56,9 +58,7 @@ async fn a_drafter_lost_mid_request_changes_speed_not_tokens() {
     }
     assert_eq!(tokens, plain.token_ids);
     let stats = last.unwrap().stats.unwrap();
-    assert!(
-        stats.plain_rounds > 0,
-        "the rounds after the loss are plain"
-    );
+    assert!(stats.drafted > 0);
+    assert_eq!(stats.drafter_resyncs, 0);
     assert_eq!(stack.live_sequences().await, 0);
 }

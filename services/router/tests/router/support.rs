@@ -122,11 +122,20 @@ pub async fn start_drafter_for(setup: DrafterSetup) -> Option<Running> {
 }
 
 pub async fn start_router(verifier: &Running, source: DraftSource, target_dir: &Path) -> Running {
-    let text = TargetText::from_dir(target_dir).unwrap();
     let config = RouterConfig {
         default_max_tokens: 24,
         ..RouterConfig::default()
     };
+    start_router_with(verifier, source, target_dir, config).await
+}
+
+pub async fn start_router_with(
+    verifier: &Running,
+    source: DraftSource,
+    target_dir: &Path,
+    config: RouterConfig,
+) -> Running {
+    let text = TargetText::from_dir(target_dir).unwrap();
     let service = GenerationService::connect(
         &verifier.url(),
         &source,

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use specd_wire::limits::MessageLimits;
 
+use crate::batch::BatchConfig;
+
 /// How a verifier server talks and how long it keeps idle sequences.
 #[derive(Debug, Clone)]
 pub struct VerifierServerConfig {
@@ -14,6 +16,8 @@ pub struct VerifierServerConfig {
     pub idle_timeout: Option<Duration>,
     /// Identifies the loaded target in Stats (for example the checkpoint directory name).
     pub model_name: String,
+    /// How verify rounds of different sequences share forwards.
+    pub batch: BatchConfig,
 }
 
 impl Default for VerifierServerConfig {
@@ -22,6 +26,7 @@ impl Default for VerifierServerConfig {
             limits: MessageLimits::default(),
             idle_timeout: Some(Duration::from_secs(600)),
             model_name: String::new(),
+            batch: BatchConfig::default(),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The `specd.v1.Verifier` gRPC service over a [`LocalVerifier`](crate::LocalVerifier).
 //!
-//! Model compute runs on tokio's blocking pool, and every operation that changes a sequence
-//! runs there to completion even when the caller goes away, so a cancelled RPC never leaves a
-//! sequence half-updated. A Prefill stream the client drops before reading it to the end
+//! Verify rounds and prefills run on the [`BatchVerifier`](crate::BatchVerifier)'s worker
+//! thread, rounds of different sequences sharing forwards. A Verify whose caller goes away
+//! is dropped before its forward, or undone when its forward already ran, so a cancelled RPC
+//! never leaves a sequence half-updated. A Prefill stream the client drops before reading it to the end
 //! releases the sequence it created; sequences idle longer than the configured timeout expire.
 
 mod config;
@@ -16,6 +17,7 @@ mod serve;
 mod service;
 mod status;
 mod verify_round;
+mod verify_telemetry;
 
 pub use config::VerifierServerConfig;
 pub use prefill_stream::PrefillStream;

@@ -14,6 +14,7 @@ use super::convert::{hidden_to_wire, position, snapshot_of};
 use super::prefill_stream::SequenceHandover;
 use super::sequences::{SeqWire, Sequences};
 use super::status::{join_failed, status_of};
+use crate::batch::PendingPrefill;
 use crate::target::TargetModel;
 use specd_wire::sampling::sampling_from_wire;
 
@@ -25,6 +26,17 @@ const STREAM_BUFFER: usize = 4;
 pub(crate) struct PrefillPlan {
     pub core: CorePrefill,
     pub chunk_bytes: usize,
+    /// Sizes the sequence's K/V reservation.
+    pub max_new_tokens: usize,
+}
+
+/// A prefill admitted and queued on the scheduler.
+pub(crate) struct StartedPrefill {
+    seq: SeqId,
+    pending: PendingPrefill,
+    with_mtp_state: bool,
+    committed_len: u32,
+    chunk_bytes: usize,
 }
 
 /// Checks everything that needs no model run, so bad input is answered before a stream
@@ -70,6 +82,7 @@ pub(crate) fn plan_prefill<T: TargetModel>(
     }
     Ok(PrefillPlan {
         chunk_bytes: default_chunk(request.max_chunk_bytes),
+        max_new_tokens: request.max_new_tokens as usize,
         core: CorePrefill {
             seq: SeqId(0),
             prompt_ids: request.prompt_ids,
@@ -79,27 +92,40 @@ pub(crate) fn plan_prefill<T: TargetModel>(
     })
 }
 
-/// Runs the prompt and builds every message of the stream: the head, then the snapshot
-/// chunks when the sequence serves an MTP drafter. Blocking.
-fn run_prefill<T: TargetModel>(
+/// Admits the prefill under a fresh id and queues it; refusals (the sequence limit, the K/V
+/// budget) come back at once.
+pub(crate) fn start_prefill<T: TargetModel>(
     sequences: &Sequences<T>,
     mut plan: PrefillPlan,
-) -> Result<(SeqId, Vec<PrefillResponse>), Status> {
+) -> Result<StartedPrefill, Status> {
     let seq = sequences.allocate();
     plan.core.seq = seq;
     let with_mtp_state = plan.core.want_carry;
     let committed_len = position(plan.core.prompt_ids.len(), "committed_len")?;
-    let prefilled = sequences
-        .local()
-        .prefill_sync(plan.core)
+    let pending = sequences
+        .batch()
+        .start_prefill(plan.core, Some(plan.max_new_tokens))
         .map_err(status_of)?;
-    let built = prefill_messages(
+    Ok(StartedPrefill {
         seq,
-        prefilled,
-        committed_len,
+        pending,
         with_mtp_state,
-        plan.chunk_bytes,
-    );
+        committed_len,
+        chunk_bytes: plan.chunk_bytes,
+    })
+}
+
+/// Builds every message of the stream (the head, then the snapshot chunks when the
+/// sequence serves an MTP drafter) and makes the sequence's protocol state live. Blocking.
+fn finish_prefill<T: TargetModel>(
+    sequences: &Sequences<T>,
+    seq: SeqId,
+    prefilled: specd_core::Prefilled<crate::TargetCarry>,
+    with_mtp_state: bool,
+    committed_len: u32,
+    chunk_bytes: usize,
+) -> Result<Vec<PrefillResponse>, Status> {
+    let built = prefill_messages(seq, prefilled, committed_len, with_mtp_state, chunk_bytes);
     match built {
         Ok((messages, sliding_start)) => {
             sequences.insert(
@@ -113,7 +139,7 @@ fn run_prefill<T: TargetModel>(
                     last_used: Instant::now(),
                 },
             );
-            Ok((seq, messages))
+            Ok(messages)
         }
         Err(status) => {
             sequences.release(seq);
@@ -165,21 +191,42 @@ fn prefill_messages(
     Ok((messages, sliding_start))
 }
 
-/// Runs the prefill and feeds the stream. Spawned, so it finishes (and cleans up) even when
-/// the client is gone; a message that cannot be delivered releases the sequence.
+/// Awaits the prefill and feeds the stream. Spawned, so it finishes (and cleans up) even
+/// when the client is gone; a message that cannot be delivered releases the sequence.
 pub(crate) async fn produce<T: TargetModel>(
     sequences: Arc<Sequences<T>>,
-    plan: PrefillPlan,
+    started: StartedPrefill,
     sender: mpsc::Sender<PrefillItem>,
     handover: Arc<SequenceHandover>,
 ) {
-    let blocking = sequences.clone();
-    let outcome = tokio::task::spawn_blocking(move || run_prefill(&blocking, plan))
-        .await
-        .map_err(join_failed)
-        .and_then(|result| result);
-    let (seq, messages) = match outcome {
-        Ok(done) => done,
+    let StartedPrefill {
+        seq,
+        pending,
+        with_mtp_state,
+        committed_len,
+        chunk_bytes,
+    } = started;
+    let outcome = match pending.await.map_err(status_of) {
+        Ok(prefilled) => {
+            let blocking = sequences.clone();
+            tokio::task::spawn_blocking(move || {
+                finish_prefill(
+                    &blocking,
+                    seq,
+                    prefilled,
+                    with_mtp_state,
+                    committed_len,
+                    chunk_bytes,
+                )
+            })
+            .await
+            .map_err(join_failed)
+            .and_then(|result| result)
+        }
+        Err(status) => Err(status),
+    };
+    let messages = match outcome {
+        Ok(messages) => messages,
         Err(status) => {
             let _ = sender.send(Err(status)).await;
             return;

@@ -1,5 +1,5 @@
 //! The server's view of each sequence: round bookkeeping next to the model cache that the
-//! [`LocalVerifier`] holds.
+//! [`LocalVerifier`] holds, run through the [`BatchVerifier`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +11,7 @@ use specd_wire::verifier::VerifyResponse;
 use tonic::Status;
 
 use super::status::unknown_sequence;
+use crate::batch::BatchVerifier;
 use crate::local::LocalVerifier;
 use crate::target::TargetModel;
 
@@ -37,7 +38,7 @@ pub(crate) struct SeqWire {
 
 /// Every live sequence of one server.
 pub(crate) struct Sequences<T: TargetModel> {
-    local: Arc<LocalVerifier<T>>,
+    batch: Arc<BatchVerifier<T>>,
     table: Mutex<HashMap<u64, Arc<Mutex<SeqWire>>>>,
     next_id: AtomicU64,
 }
@@ -49,16 +50,25 @@ pub(crate) fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
 }
 
 impl<T: TargetModel> Sequences<T> {
-    pub fn new(local: Arc<LocalVerifier<T>>) -> Self {
+    pub fn new(batch: Arc<BatchVerifier<T>>) -> Self {
         Self {
-            local,
+            batch,
             table: Mutex::default(),
             next_id: AtomicU64::new(1),
         }
     }
 
     pub fn local(&self) -> &LocalVerifier<T> {
-        &self.local
+        self.batch.local()
+    }
+
+    /// The scheduler every model run goes through.
+    pub fn batch(&self) -> &BatchVerifier<T> {
+        &self.batch
+    }
+
+    pub fn batch_handle(&self) -> Arc<BatchVerifier<T>> {
+        self.batch.clone()
     }
 
     /// A fresh sequence id, never reused by this process.
@@ -81,7 +91,7 @@ impl<T: TargetModel> Sequences<T> {
     /// Frees the sequence's cache and state; false when neither was held.
     pub fn release(&self, seq: SeqId) -> bool {
         let had_state = lock(&self.table).remove(&seq.0).is_some();
-        let had_cache = self.local.release_sync(seq);
+        let had_cache = self.batch.release_sync(seq);
         had_state || had_cache
     }
 

@@ -12,10 +12,12 @@ use specd_wire::SnapshotChunk;
 use tonic::{Request, Response, Status};
 
 use super::config::VerifierServerConfig;
-use super::prefill::{plan_prefill, produce, stream_channel};
+use super::prefill::{plan_prefill, produce, start_prefill, stream_channel};
 use super::prefill_stream::{PrefillStream, SequenceHandover};
 use super::sequences::Sequences;
 use super::status::join_failed;
+use super::verify_telemetry;
+use crate::batch::BatchVerifier;
 use crate::local::LocalVerifier;
 use crate::target::{TargetModel, MAX_ROLLBACK};
 
@@ -26,11 +28,18 @@ pub struct VerifierService<T: TargetModel> {
 }
 
 impl<T: TargetModel> VerifierService<T> {
+    /// A service whose rounds run through a batch scheduler on `local`'s sequences.
     pub fn new(local: Arc<LocalVerifier<T>>, config: VerifierServerConfig) -> Self {
+        let batch = Arc::new(BatchVerifier::new(local, config.batch));
         Self {
-            sequences: Arc::new(Sequences::new(local)),
+            sequences: Arc::new(Sequences::new(batch)),
             config,
         }
+    }
+
+    /// The scheduler behind this service: its counters (batches, queue depth) and K/V use.
+    pub fn batcher(&self) -> Arc<BatchVerifier<T>> {
+        self.sequences.batch_handle()
     }
 
     pub fn config(&self) -> &VerifierServerConfig {
@@ -69,11 +78,13 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
         let plan = plan_prefill(&self.sequences, request.into_inner(), |asked| {
             limits.chunk_bytes_for(asked)
         })?;
+        // Admission answers at once (RESOURCE_EXHAUSTED when the K/V budget is full).
+        let started = start_prefill(&self.sequences, plan)?;
         let (sender, receiver) = stream_channel();
         let handover = SequenceHandover::new(self.sequences.clone());
         tokio::spawn(produce(
             self.sequences.clone(),
-            plan,
+            started,
             sender,
             handover.clone(),
         ));
@@ -84,10 +95,12 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
         &self,
         request: Request<VerifyRequest>,
     ) -> Result<Response<VerifyResponse>, Status> {
+        let started = std::time::Instant::now();
         let request = request.into_inner();
-        self.blocking(move |sequences| sequences.verify(request))
-            .await
-            .map(Response::new)
+        verify_telemetry::received(&request);
+        let response = self.sequences.verify(request).await?;
+        verify_telemetry::answered(&response, started);
+        Ok(Response::new(response))
     }
 
     async fn snapshot(
@@ -135,7 +148,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
             Ok(VerifierStatsResponse {
                 live_sequences: saturate(local.sequence_count()),
                 kv_bytes: local.kv_bytes() as u64,
-                kv_capacity_bytes: 0,
+                kv_capacity_bytes: local.kv_capacity_bytes() as u64,
                 max_sequences: saturate(local.limits().max_sequences),
                 max_context_tokens: saturate(target.max_context()),
                 max_block_size: saturate(MAX_ROLLBACK + 1),

@@ -14,7 +14,10 @@ pub(crate) fn status_of(error: VerifierError) -> Status {
         VerifierError::InvalidArgument { .. } => Status::invalid_argument(message),
         VerifierError::OutOfRange { .. } => Status::out_of_range(message),
         VerifierError::ResourceExhausted(_) => Status::resource_exhausted(message),
-        VerifierError::Model(_) | VerifierError::Tensor(_) => Status::internal(message),
+        VerifierError::Model(_) | VerifierError::Tensor(_) | VerifierError::Forward(_) => {
+            Status::internal(message)
+        }
+        VerifierError::Stopped => Status::unavailable(message),
     }
 }
 

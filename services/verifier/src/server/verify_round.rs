@@ -13,16 +13,20 @@ use crate::carry::TargetCarry;
 use crate::target::TargetModel;
 
 impl<T: TargetModel> Sequences<T> {
-    /// Applies a round, or replays the last one to a retry. Blocking; holds the sequence's
-    /// state for the whole round, so concurrent retries of one round serialize.
-    pub fn verify(&self, request: VerifyRequest) -> Result<VerifyResponse, Status> {
+    /// Applies a round through the batch scheduler, or replays the last one to a retry. The
+    /// protocol state is not locked while the round waits for its forward; a concurrent retry
+    /// of the same round gets the answer the verifier stored for it, so both agree.
+    pub async fn verify(&self, request: VerifyRequest) -> Result<VerifyResponse, Status> {
         let entry = self.entry(request.seq_id)?;
-        let mut state = lock(&entry);
-        state.last_used = Instant::now();
-        if let Some(replay) = replay(&state, &request)? {
-            return Ok(replay);
-        }
-        check_order(&state, &request)?;
+        let with_mtp_state = {
+            let mut state = lock(&entry);
+            state.last_used = Instant::now();
+            if let Some(replay) = replay(&state, &request)? {
+                return Ok(replay);
+            }
+            check_order(&state, &request)?;
+            state.with_mtp_state
+        };
         if request.tokens.is_empty() {
             return Err(Status::invalid_argument(
                 "tokens: must hold at least the bonus token",
@@ -32,9 +36,9 @@ impl<T: TargetModel> Sequences<T> {
             return Err(Status::invalid_argument("budget: must be at least 1"));
         }
         let seq = SeqId(request.seq_id);
-        let verified = self
-            .local()
-            .verify_sync(CoreVerify {
+        let row = self
+            .batch()
+            .verify_row(CoreVerify {
                 seq,
                 round: u32::try_from(request.round).map_err(|_| {
                     Status::out_of_range(format!("round: {} exceeds 32 bits", request.round))
@@ -42,9 +46,17 @@ impl<T: TargetModel> Sequences<T> {
                 tokens: request.tokens.clone(),
                 budget: request.budget as usize,
                 output_index_base: u64::from(request.output_index_base),
-                want_carry: state.with_mtp_state,
+                want_carry: with_mtp_state,
             })
+            .await
             .map_err(status_of)?;
+        let mut state = lock(&entry);
+        state.last_used = Instant::now();
+        if let Some(replay) = replay(&state, &request)? {
+            return Ok(replay);
+        }
+        check_order(&state, &request)?;
+        let verified = row.verified;
         let committed_len = position(
             state.committed_len as usize + verified.accepted + 1,
             "committed_len",
@@ -61,7 +73,7 @@ impl<T: TargetModel> Sequences<T> {
             let carry = verified
                 .carry
                 .ok_or_else(|| Status::internal("verify: the target returned no carry"))?;
-            self.attach_mtp_state(seq, &mut state, &carry, &mut response)?;
+            attach_mtp_state(&mut state, &carry, row.sliding_start, &mut response)?;
         }
         state.last_round = request.round;
         state.committed_len = committed_len;
@@ -71,31 +83,29 @@ impl<T: TargetModel> Sequences<T> {
         });
         Ok(response)
     }
+}
 
-    /// Adds the hidden state at the accepted slot and the committed K/V rows, with the
-    /// eviction that keeps the drafter's sliding mirror equal to this verifier's window.
-    fn attach_mtp_state(
-        &self,
-        seq: SeqId,
-        state: &mut SeqWire,
-        carry: &TargetCarry,
-        response: &mut VerifyResponse,
-    ) -> Result<(), Status> {
-        let rows = carry.shared_kv.as_ref().ok_or_else(|| {
-            Status::internal("verify: the target returned no K/V rows for the drafter")
-        })?;
-        let (_, held) = self.local().shared_kv_sync(seq).map_err(status_of)?;
-        let sliding_start = match held.as_ref().and_then(|kv| kv.sliding.as_ref()) {
-            Some(sliding) => position(sliding.start, "kv_delta.sliding_start")?,
-            None => 0,
-        };
-        let evicted = sliding_start.saturating_sub(state.mirror_sliding_start);
-        let delta = delta_of(state.committed_len, rows, evicted)?;
-        response.hidden = Some(hidden_to_wire(&carry.hidden, "hidden")?);
-        response.kv_delta = Some(delta.encode("kv_delta")?);
-        state.mirror_sliding_start = sliding_start;
-        Ok(())
-    }
+/// Adds the hidden state at the accepted slot and the committed K/V rows, with the eviction
+/// that keeps the drafter's sliding mirror equal to this verifier's window.
+fn attach_mtp_state(
+    state: &mut SeqWire,
+    carry: &TargetCarry,
+    sliding_start: Option<usize>,
+    response: &mut VerifyResponse,
+) -> Result<(), Status> {
+    let rows = carry.shared_kv.as_ref().ok_or_else(|| {
+        Status::internal("verify: the target returned no K/V rows for the drafter")
+    })?;
+    let sliding_start = match sliding_start {
+        Some(start) => position(start, "kv_delta.sliding_start")?,
+        None => 0,
+    };
+    let evicted = sliding_start.saturating_sub(state.mirror_sliding_start);
+    let delta = delta_of(state.committed_len, rows, evicted)?;
+    response.hidden = Some(hidden_to_wire(&carry.hidden, "hidden")?);
+    response.kv_delta = Some(delta.encode("kv_delta")?);
+    state.mirror_sliding_start = sliding_start;
+    Ok(())
 }
 
 /// The stored answer when `request` retries the last applied round with the same tokens.

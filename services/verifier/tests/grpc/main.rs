@@ -3,6 +3,7 @@
 
 mod support;
 
+mod batching;
 mod deltas;
 mod errors;
 mod lifecycle;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use candle_core::{DType, Device};
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
-use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
+use specd_verifier::{
+    BatchConfig, BatchVerifier, Gemma4Target, KvBudget, LocalVerifier, VerifierLimits,
+};
 use specd_wire::verifier::{
     prefill_response, PrefillHead, PrefillRequest, VerifierClient, VerifierStatsRequest,
     VerifyRequest, VerifyResponse,
@@ -28,15 +30,28 @@ pub fn load_target(name: &str) -> Arc<Gemma4Target> {
     Arc::new(Gemma4Target::load(&fixture(name), DType::F32, &Device::Cpu).unwrap())
 }
 
+/// The target fixture prefilling in pieces of `chunk` tokens.
+pub fn target_with_chunk(chunk: usize) -> Gemma4Target {
+    Gemma4Target::load(&fixture("target-full"), DType::F32, &Device::Cpu)
+        .unwrap()
+        .with_prefill_chunk(chunk)
+}
+
 /// A running verifier; dropping it stops the server.
 pub struct TestVerifier {
     pub addr: SocketAddr,
+    /// The scheduler behind the server, for its counters.
+    pub batcher: Arc<BatchVerifier<Gemma4Target>>,
     _stop: oneshot::Sender<()>,
 }
 
 pub struct Options {
     pub max_sequences: usize,
     pub idle_timeout: Option<Duration>,
+    pub batch: BatchConfig,
+    pub kv_budget: KvBudget,
+    /// Prefill piece length of the target; `None` keeps the model's default.
+    pub prefill_chunk: Option<usize>,
 }
 
 impl Default for Options {
@@ -44,6 +59,9 @@ impl Default for Options {
         Self {
             max_sequences: 64,
             idle_timeout: None,
+            batch: BatchConfig::default(),
+            kv_budget: KvBudget::default(),
+            prefill_chunk: None,
         }
     }
 }
@@ -54,18 +72,25 @@ impl TestVerifier {
     }
 
     pub async fn start_with(options: Options) -> Self {
+        let target = match options.prefill_chunk {
+            Some(chunk) => Arc::new(target_with_chunk(chunk)),
+            None => load_target("target-full"),
+        };
         let local = LocalVerifier::new(
-            load_target("target-full"),
+            target,
             VerifierLimits {
                 max_sequences: options.max_sequences,
             },
-        );
+        )
+        .with_kv_budget(options.kv_budget);
         let config = VerifierServerConfig {
             idle_timeout: options.idle_timeout,
             model_name: "target-full".into(),
+            batch: options.batch,
             ..VerifierServerConfig::default()
         };
         let service = VerifierService::new(Arc::new(local), config);
+        let batcher = service.batcher();
         let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = incoming.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -76,7 +101,11 @@ impl TestVerifier {
             .await
             .unwrap();
         });
-        Self { addr, _stop: stop }
+        Self {
+            addr,
+            batcher,
+            _stop: stop,
+        }
     }
 
     pub async fn channel(&self) -> Channel {

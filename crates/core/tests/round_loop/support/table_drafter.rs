@@ -28,6 +28,9 @@ pub enum Policy {
     FailOpen,
     /// Oracle, but this round's answer has one token too many.
     TooManyAt(u32),
+    /// Adversarial while the first draft's output index is in `from..to`, oracle otherwise:
+    /// a drafter whose acceptance collapses and recovers mid-request.
+    AdversarialBetween { from: u64, to: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +156,12 @@ impl TableDrafter {
             Policy::TooManyAt(_) => oracle,
             Policy::Random => (0..request.count).map(random).collect(),
             Policy::Adversarial => oracle.into_iter().map(wrong).collect(),
+            Policy::AdversarialBetween { from, to }
+                if (from..to).contains(&request.output_index_base) =>
+            {
+                oracle.into_iter().map(wrong).collect()
+            }
+            Policy::AdversarialBetween { .. } => oracle,
             Policy::PartlyRight => {
                 let keep = request.round as usize % (request.count + 1);
                 (0..request.count)

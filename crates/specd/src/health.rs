@@ -1,0 +1,54 @@
+//! `specd health`: a grpc.health.v1 check for container health probes, so images need no
+//! separate probe binary.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+#[derive(Args, Debug)]
+pub struct HealthArgs {
+    /// Server to ask, e.g. http://127.0.0.1:50051.
+    #[arg(long, default_value = "http://127.0.0.1:50050")]
+    pub addr: String,
+    /// Service to ask about; empty means the whole server.
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// Seconds to wait for an answer.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_secs: u64,
+}
+
+/// Succeeds when the server reports SERVING; any other answer or no answer is an error, so
+/// the exit status is the probe's verdict.
+pub fn run(args: HealthArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let timeout = Duration::from_secs(args.timeout_secs.max(1));
+        let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())
+            .with_context(|| format!("addr: {} is not a valid URL", args.addr))?
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {}", args.addr))?;
+        let answer = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: args.service.clone(),
+            })
+            .await
+            .with_context(|| format!("health check of {:?} at {}", args.service, args.addr))?
+            .into_inner();
+        let status = answer.status();
+        println!("{}", status.as_str_name());
+        if status != ServingStatus::Serving {
+            bail!("{} reports {}", args.addr, status.as_str_name());
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,182 @@
+//! A drafter pool under failure, with real processes: a verifier, two MTP drafters and a
+//! router. Killing a drafter mid-stream moves its sessions to the other one; killing both
+//! leaves plain decoding. Either way every request ends with exactly the plain output.
+
+mod served;
+
+use served::{drain_stream, request, Service};
+use specd_wire::generation::{GenerateStreamResponse, GenerationClient};
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+const PROMPTS: [[u32; 5]; 4] = [
+    [2, 17, 201, 5, 9],
+    [2, 40, 41, 42, 43],
+    [2, 9, 9, 9, 100],
+    [2, 130, 7, 64, 3],
+];
+
+/// Long enough that every request is still running when a drafter dies.
+const MAX_TOKENS: u32 = 900;
+
+/// What the target alone generates for each prompt (speculation off).
+async fn plain_outputs(client: &mut GenerationClient<Channel>) -> Vec<Vec<u32>> {
+    let mut outputs = Vec::new();
+    for prompt in PROMPTS {
+        let response = client
+            .generate(request(&prompt, MAX_TOKENS, 0))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(response.token_ids.len(), MAX_TOKENS as usize);
+        outputs.push(response.token_ids);
+    }
+    outputs
+}
+
+/// Starts one speculating stream per prompt, all at once, then reads each one's first
+/// message, so that every request has its drafter session open.
+async fn start_streams(
+    client: &GenerationClient<Channel>,
+) -> Vec<(Streaming<GenerateStreamResponse>, Vec<u32>)> {
+    let mut streams = Vec::new();
+    for prompt in PROMPTS {
+        let stream = client
+            .clone()
+            .generate_stream(request(&prompt, MAX_TOKENS, 4))
+            .await
+            .unwrap()
+            .into_inner();
+        streams.push(stream);
+    }
+    let mut started = Vec::new();
+    for mut stream in streams {
+        let first = stream.message().await.unwrap().unwrap();
+        started.push((stream, first.token_ids));
+    }
+    started
+}
+
+/// Waits for the background release of finished requests; the count left after a generous
+/// wait.
+async fn settled(count: impl AsyncFn() -> u32) -> u32 {
+    for _ in 0..200 {
+        if count().await == 0 {
+            return 0;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    count().await
+}
+
+/// Reads every stream to its end; the outputs and each request's final message.
+async fn finish_streams(
+    streams: Vec<(Streaming<GenerateStreamResponse>, Vec<u32>)>,
+) -> Vec<(Vec<u32>, GenerateStreamResponse)> {
+    let mut finished = Vec::new();
+    for (stream, first) in streams {
+        finished.push(drain_stream(stream, first).await);
+    }
+    finished
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_fail_over_when_a_drafter_dies_mid_stream() {
+    let verifier = Service::verifier();
+    let survivor = Service::mtp_drafter();
+    let mut victim = Service::mtp_drafter();
+    let router = Service::router(&verifier, &[&survivor, &victim], &[]);
+    let mut client = GenerationClient::new(router.channel().await);
+    let want = plain_outputs(&mut client).await;
+
+    let streams = start_streams(&client).await;
+    victim.kill();
+    let finished = finish_streams(streams).await;
+
+    let mut resyncs = 0;
+    for (i, ((tokens, last), want)) in finished.iter().zip(&want).enumerate() {
+        assert_eq!(tokens, want, "request {i}");
+        let stats = last.stats.as_ref().unwrap();
+        assert!(stats.drafted > 0, "request {i} never speculated");
+        resyncs += stats.drafter_resyncs;
+    }
+    // New sessions go to the least loaded drafter, so the victim held some of them.
+    assert!(resyncs > 0, "no session moved to the surviving drafter");
+
+    // Later requests still speculate, on the survivor alone.
+    let (tokens, last) = finish_streams(start_streams(&client).await).await.remove(0);
+    assert_eq!(tokens, want[0]);
+    assert!(last.stats.unwrap().drafted > 0);
+    assert_eq!(settled(|| verifier.live_sequences()).await, 0);
+    assert_eq!(settled(|| survivor.live_sessions()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_every_drafter_falls_back_to_plain_rounds() {
+    let verifier = Service::verifier();
+    let mut first = Service::mtp_drafter();
+    let mut second = Service::mtp_drafter();
+    let router = Service::router(&verifier, &[&first, &second], &[]);
+    let mut client = GenerationClient::new(router.channel().await);
+    let want = plain_outputs(&mut client).await;
+
+    let streams = start_streams(&client).await;
+    first.kill();
+    second.kill();
+    let finished = finish_streams(streams).await;
+    let mut plain_rounds = 0;
+    for (i, ((tokens, last), want)) in finished.iter().zip(&want).enumerate() {
+        assert_eq!(tokens, want, "request {i}");
+        let stats = last.stats.as_ref().unwrap();
+        assert_eq!(stats.drafter_resyncs, 0, "request {i}");
+        plain_rounds += stats.plain_rounds;
+    }
+    assert!(plain_rounds > 0, "no request fell back to plain rounds");
+
+    // A request that starts with no drafter left decodes plainly from the start.
+    let response = client
+        .generate(request(&PROMPTS[1], MAX_TOKENS, 4))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.token_ids, want[1]);
+    assert_eq!(response.stats.unwrap().drafted, 0);
+    assert_eq!(settled(|| verifier.live_sequences()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drafters_found_through_dns_serve_requests() {
+    let verifier = Service::verifier();
+    let drafter = Service::mtp_drafter();
+    let port = drafter.url.rsplit(':').next().unwrap();
+    let name = format!("localhost:{port}");
+    let router = Service::router(
+        &verifier,
+        &[],
+        &["--drafter-dns", &name, "--drafter-dns-refresh-secs", "1"],
+    );
+    let mut client = GenerationClient::new(router.channel().await);
+    let want = client
+        .generate(request(&PROMPTS[0], 64, 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .token_ids;
+    // Resolution runs in the background from startup; give it a moment to land.
+    let mut drafted = 0;
+    for _ in 0..50 {
+        let response = client
+            .generate(request(&PROMPTS[0], 64, 4))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(response.token_ids, want);
+        drafted = response.stats.unwrap().drafted;
+        if drafted > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(drafted > 0, "the discovered drafter was never used");
+    assert_eq!(settled(|| drafter.live_sessions()).await, 0);
+}

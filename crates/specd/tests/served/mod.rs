@@ -1,0 +1,173 @@
+//! `specd serve ...` processes for the failover and drain tests: started on free ports,
+//! signalled and killed like an operator or an orchestrator would.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use specd_wire::drafter::{DrafterClient, DrafterStatsRequest};
+use specd_wire::generation::{
+    generate_request, GenerateRequest, GenerateStreamResponse, SamplingParams, SpeculativeParams,
+    TokenIds,
+};
+use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4")
+        .join(name)
+}
+
+fn path(p: PathBuf) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// A service process, killed when dropped.
+pub struct Service {
+    child: Child,
+    pub url: String,
+}
+
+impl Service {
+    /// Starts `specd serve <args>` on a free port and waits for its `listening on` line.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?} from {args:?}"))
+            .to_owned();
+        Self {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
+    pub fn verifier() -> Self {
+        Self::start(&["verifier", "--target", &path(fixture("target-full"))])
+    }
+
+    pub fn mtp_drafter() -> Self {
+        Self::start(&[
+            "drafter",
+            "--drafter",
+            &path(fixture("assistant-dense")),
+            "--target",
+            &path(fixture("target-full")),
+        ])
+    }
+
+    /// A router over `verifier` and the drafters at `drafters`, with `extra` flags.
+    pub fn router(verifier: &Service, drafters: &[&Service], extra: &[&str]) -> Self {
+        let urls: Vec<&str> = drafters.iter().map(|d| d.url.as_str()).collect();
+        let urls = urls.join(",");
+        let target = path(fixture("target-full"));
+        let mut args = vec!["router", "--verifier", &verifier.url, "--target", &target];
+        if !drafters.is_empty() {
+            args.extend(["--drafters", &urls]);
+        }
+        args.extend(extra);
+        Self::start(&args)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Kills the process outright, as a crash or an evicted pod would end.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping the process does.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit on its own.
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+
+    pub async fn live_sequences(&self) -> u32 {
+        VerifierClient::new(self.channel().await)
+            .stats(VerifierStatsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live_sequences
+    }
+
+    pub async fn live_sessions(&self) -> u32 {
+        DrafterClient::new(self.channel().await)
+            .stats(DrafterStatsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live_sessions
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A greedy request of `max_tokens` from a small prompt, speculating with `block_size`
+/// (speculation off when 0).
+pub fn request(prompt: &[u32], max_tokens: u32, block_size: u32) -> GenerateRequest {
+    GenerateRequest {
+        input: Some(generate_request::Input::PromptIds(TokenIds {
+            ids: prompt.to_vec(),
+        })),
+        max_tokens: Some(max_tokens),
+        ignore_eos: true,
+        sampling: Some(SamplingParams {
+            temperature: Some(0.0),
+            ..SamplingParams::default()
+        }),
+        speculative: Some(SpeculativeParams {
+            block_size: (block_size > 0).then_some(block_size),
+            disabled: block_size == 0,
+        }),
+        ..GenerateRequest::default()
+    }
+}
+
+/// Every message of a stream: the token ids and the final message.
+pub async fn drain_stream(
+    mut stream: Streaming<GenerateStreamResponse>,
+    mut tokens: Vec<u32>,
+) -> (Vec<u32>, GenerateStreamResponse) {
+    loop {
+        let message = stream.message().await.unwrap().expect("stream ended early");
+        tokens.extend_from_slice(&message.token_ids);
+        if message.stats.is_some() {
+            return (tokens, message);
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Batched verification across requests: a scheduler that runs the verify rounds of many
+//! sequences in shared forwards and interleaves prompt prefills with them.
+
+mod config;
+mod counters;
+mod jobs;
+mod prefill_task;
+mod scheduler;
+mod verify_batch;
+mod worker;
+
+pub use config::BatchConfig;
+pub use counters::BatchStats;
+pub use jobs::RowAnswer;
+pub use scheduler::{BatchVerifier, PendingPrefill};

@@ -1,0 +1,158 @@
+//! One batched verify forward: every row's block in one pass of the target, then each row's
+//! acceptance and rollback on its own.
+
+use std::collections::HashSet;
+use std::sync::MutexGuard;
+
+use specd_core::SeqId;
+use specd_telemetry::propagation::link_row;
+
+use super::counters::Counters;
+use super::jobs::{RowAnswer, VerifyJob};
+use crate::error::VerifierError;
+use crate::local::{lock, LocalVerifier, Sequence, SequenceHandle, VerifyStart};
+use crate::target::TargetModel;
+
+/// Takes up to `max_rows` rows of distinct sequences, oldest first, out of `waiting`. Rows
+/// whose caller went away are dropped; a second row of a sequence already taken (a retry
+/// racing its original) stays for the next forward.
+pub(crate) fn take_rows(
+    waiting: &mut Vec<VerifyJob>,
+    max_rows: usize,
+    counters: &Counters,
+) -> Vec<VerifyJob> {
+    let mut taken = Vec::new();
+    let mut seen: HashSet<SeqId> = HashSet::new();
+    let mut kept = Vec::new();
+    for job in waiting.drain(..) {
+        if job.reply.is_closed() {
+            counters.dequeued(1);
+            counters.cancelled();
+        } else if taken.len() < max_rows && seen.insert(job.request.seq) {
+            counters.dequeued(1);
+            taken.push(job);
+        } else {
+            kept.push(job);
+        }
+    }
+    *waiting = kept;
+    taken
+}
+
+struct Row<'a, C> {
+    job: VerifyJob,
+    state: MutexGuard<'a, Sequence<C>>,
+    start_len: usize,
+}
+
+/// Runs the rows' blocks in one forward and answers each row.
+pub(crate) fn run_batch<T: TargetModel>(
+    local: &LocalVerifier<T>,
+    taken: Vec<VerifyJob>,
+    counters: &Counters,
+) {
+    let mut jobs = Vec::new();
+    let mut handles: Vec<SequenceHandle<T::Cache>> = Vec::new();
+    for job in taken {
+        match local.sequence(job.request.seq) {
+            Ok(handle) => {
+                jobs.push(job);
+                handles.push(handle);
+            }
+            Err(e) => {
+                let _ = job.reply.send(Err(e));
+            }
+        }
+    }
+    // Only this thread ever holds more than one sequence lock, so locking them all in turn
+    // cannot deadlock; a caller's truncate or snapshot waits for the forward to end.
+    let mut rows: Vec<Row<'_, T::Cache>> = Vec::new();
+    for (job, handle) in jobs.into_iter().zip(&handles) {
+        if job.reply.is_closed() {
+            counters.cancelled();
+            continue;
+        }
+        let state = lock(handle);
+        match local.begin_verify(&state, &job.request) {
+            Ok(VerifyStart::Run { start_len }) => rows.push(Row {
+                job,
+                state,
+                start_len,
+            }),
+            Ok(VerifyStart::Replay(verified)) => {
+                let answer = with_window(local, &state, &job, verified);
+                let _ = job.reply.send(answer);
+            }
+            Err(e) => {
+                let _ = job.reply.send(Err(e));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    // One span per forward, linked to every row's call: rows come from different traces.
+    let batch_span = tracing::info_span!("verify_batch", rows = rows.len());
+    for row in &rows {
+        link_row(&batch_span, &row.job.span);
+    }
+    let _entered = batch_span.enter();
+    let forwarded = {
+        let mut blocks: Vec<(&mut T::Cache, &[u32])> = rows
+            .iter_mut()
+            .map(|row| (&mut row.state.cache, row.job.request.tokens.as_slice()))
+            .collect();
+        local.target().forward_blocks(&mut blocks)
+    };
+    counters.batch_ran(rows.len());
+    let hiddens = match forwarded {
+        Ok(hiddens) if hiddens.len() == rows.len() => hiddens,
+        Ok(hiddens) => {
+            let message = format!("{} rows in, {} out", rows.len(), hiddens.len());
+            return fail_rows(local, rows, &message);
+        }
+        Err(e) => return fail_rows(local, rows, &e.to_string()),
+    };
+    for (mut row, hidden) in rows.into_iter().zip(hiddens) {
+        let before = row.state.last_round.clone();
+        let answer = local
+            .finish_verify(&mut row.state, &row.job.request, &hidden, row.start_len)
+            .and_then(|verified| with_window(local, &row.state, &row.job, verified));
+        let applied = answer.is_ok();
+        if row.job.reply.send(answer).is_err() && applied {
+            // The caller went away during the forward and never learns the answer: undo the
+            // round, so the sequence is as if it had never been sent.
+            let _ = local.target().truncate(&mut row.state.cache, row.start_len);
+            row.state.last_round = before;
+        }
+    }
+}
+
+/// Adds the sliding-window start a drafter's mirror follows, when the row asked for a carry.
+fn with_window<T: TargetModel>(
+    local: &LocalVerifier<T>,
+    state: &Sequence<T::Cache>,
+    job: &VerifyJob,
+    verified: specd_core::Verified<crate::TargetCarry>,
+) -> Result<RowAnswer, VerifierError> {
+    let sliding_start = if job.request.want_carry {
+        local.sliding_start(state)?
+    } else {
+        None
+    };
+    Ok(RowAnswer {
+        verified,
+        sliding_start,
+    })
+}
+
+/// Rolls every row back to its length before the forward and answers each with the failure.
+fn fail_rows<T: TargetModel>(local: &LocalVerifier<T>, rows: Vec<Row<'_, T::Cache>>, why: &str) {
+    for mut row in rows {
+        let _ = local.target().truncate(&mut row.state.cache, row.start_len);
+        let _ = row
+            .job
+            .reply
+            .send(Err(VerifierError::Forward(why.to_string())));
+    }
+}

@@ -1,0 +1,164 @@
+//! The scheduler's worker thread: the only place the target model runs. Each iteration runs
+//! at most one batched verify forward and then at most one prefill piece, so a long prompt
+//! never stalls the rounds of running sequences, and rows join or leave between forwards.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use specd_core::SeqId;
+use specd_telemetry::record;
+
+use super::config::BatchConfig;
+use super::counters::Counters;
+use super::jobs::{Job, TruncateJob, VerifyJob};
+use super::prefill_task::PrefillTask;
+use super::verify_batch::{run_batch, take_rows};
+use crate::local::LocalVerifier;
+use crate::target::TargetModel;
+
+/// While rows wait for company, how often the worker looks for callers that went away.
+const CANCEL_CHECK: Duration = Duration::from_millis(5);
+
+struct Worker<T: TargetModel> {
+    local: Arc<LocalVerifier<T>>,
+    config: BatchConfig,
+    counters: Arc<Counters>,
+    jobs: Receiver<Job>,
+    /// The job sender still exists.
+    open: bool,
+    waiting: Vec<VerifyJob>,
+    prefills: VecDeque<PrefillTask<T::Cache>>,
+}
+
+/// Runs until the scheduler is dropped and every accepted job is answered.
+pub(crate) fn run<T: TargetModel>(
+    local: Arc<LocalVerifier<T>>,
+    config: BatchConfig,
+    counters: Arc<Counters>,
+    jobs: Receiver<Job>,
+) {
+    let mut worker = Worker {
+        local,
+        config,
+        counters,
+        jobs,
+        open: true,
+        waiting: Vec::new(),
+        prefills: VecDeque::new(),
+    };
+    while worker.next_iteration() {}
+}
+
+impl<T: TargetModel> Worker<T> {
+    /// One verify forward and one prefill piece; false once there is nothing left to do.
+    fn next_iteration(&mut self) -> bool {
+        if self.waiting.is_empty() && self.prefills.is_empty() {
+            match self.jobs.recv() {
+                Ok(job) => self.accept(job),
+                Err(_) => return false,
+            }
+        }
+        self.drain();
+        if !self.waiting.is_empty() {
+            self.gather();
+            let rows = take_rows(&mut self.waiting, self.config.max_rows, &self.counters);
+            run_batch(&self.local, rows, &self.counters);
+        }
+        if let Some(task) = self.prefills.pop_front() {
+            if let Some(running) = task.step(&self.local, &self.counters) {
+                self.prefills.push_front(running);
+            }
+        }
+        self.record_occupancy();
+        self.open || !self.waiting.is_empty() || !self.prefills.is_empty()
+    }
+
+    fn accept(&mut self, job: Job) {
+        match job {
+            Job::Verify(job) => self.waiting.push(job),
+            Job::Prefill(job) => {
+                if let Some(task) = PrefillTask::start(&self.local, job) {
+                    self.prefills.push_back(task);
+                }
+            }
+            // Runs between forwards, so it never waits on a sequence lock held by a batch.
+            Job::Truncate(TruncateJob {
+                seq,
+                committed_len,
+                reply,
+            }) => {
+                let _ = reply.send(self.local.truncate_sync(seq, committed_len));
+            }
+            Job::Released => {}
+        }
+    }
+
+    /// Live sequences and the K/V they hold, for the occupancy gauges.
+    fn record_occupancy(&self) {
+        record::active_sequences(self.local.sequence_count());
+        record::kv_bytes(self.local.kv_bytes());
+    }
+
+    /// Takes every job that already arrived.
+    fn drain(&mut self) {
+        loop {
+            match self.jobs.try_recv() {
+                Ok(job) => self.accept(job),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.open = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits, from the oldest waiting row on, up to the configured time for more rows:
+    /// until a forward would be full, or every live sequence has a row waiting (nobody else
+    /// could join).
+    fn gather(&mut self) {
+        let Some(first) = self.waiting.iter().map(|job| job.queued_at).min() else {
+            return;
+        };
+        let deadline = first + self.config.max_wait;
+        loop {
+            self.drop_cancelled();
+            let distinct = self.distinct_rows();
+            if distinct == 0 {
+                return;
+            }
+            let could_join = self.local.sequence_count().min(self.config.max_rows);
+            if distinct >= could_join || !self.open {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            match self.jobs.recv_timeout((deadline - now).min(CANCEL_CHECK)) {
+                Ok(job) => {
+                    self.accept(job);
+                    self.drain();
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.open = false,
+            }
+        }
+    }
+
+    fn distinct_rows(&self) -> usize {
+        let seqs: HashSet<SeqId> = self.waiting.iter().map(|job| job.request.seq).collect();
+        seqs.len()
+    }
+
+    fn drop_cancelled(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|job| !job.reply.is_closed());
+        for _ in self.waiting.len()..before {
+            self.counters.dequeued(1);
+            self.counters.cancelled();
+        }
+    }
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# specd and llama.cpp side by side on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair, in one
+# run: specd plain and speculative (draft-model and n-gram, K = 1..6 drafts per round) and
+# llama.cpp plain and speculative (the same draft model and K), same prompts, same number of
+# new tokens, greedy. Prints a markdown report (tokens/s, ratios, acceptance, step costs,
+# whether each tool's speculative output equals its plain output).
+#
+# Usage: tools/bench_pair.sh [OUT_DIR]
+#   OUT_DIR defaults to target/bench_pair/<timestamp>; it receives report.md, specd.json,
+#   llama.json and every raw log.
+# Environment: MAX_TOKENS (default 40), KS (default 1,2,3,4,5,6), THREADS (default: all
+#   cores), PROMPTS (a file, one prompt a line; default: specd bench's built-in code and
+#   prose prompts), SPECD_MODEL_DIR, SPECD_LLAMACPP_DIR, CARGO_TARGET_DIR.
+#
+# Fetches the pair (tools/fetch_qwen_pair.sh) and builds llama.cpp (tools/build_llamacpp.sh)
+# and specd (release) when needed. Needs python3 for the driver (tools/bench_pair.py).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+max_tokens=${MAX_TOKENS:-40}
+ks=${KS:-1,2,3,4,5,6}
+threads=${THREADS:-$(nproc)}
+out=${1:-$repo/target/bench_pair/$(date -u +%Y%m%dT%H%M%SZ)}
+
+"$repo/tools/fetch_qwen_pair.sh" "$models"
+llama_bin=$("$repo/tools/build_llamacpp.sh")
+(cd "$repo" && cargo build --release -p specd)
+specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+
+mkdir -p "$out"
+{
+    echo "date: $(date -u)"
+    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+    echo "load before: $(uptime)"
+} | tee "$out/machine.txt"
+python3 "$repo/tools/bench_pair.py" --specd "$specd" --llama-bin "$llama_bin" \
+    --target "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
+    --drafter "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+    --max-tokens "$max_tokens" --ks "$ks" --threads "$threads" --out "$out" \
+    ${PROMPTS:+--prompts "$PROMPTS"}
+echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+echo "bench_pair: results in $out" >&2
