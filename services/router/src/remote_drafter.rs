@@ -264,6 +264,7 @@ impl<'a> RemoteSession<'a> {
                 Ok(drafts) => {
                     info!(url = lease.url(), session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
+                    specd_telemetry::record::fallback("failover");
                     *self.state() = SessionState {
                         lease: Some(Arc::new(lease)),
                         session_id: Some(session_id),
