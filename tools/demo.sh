@@ -13,4 +13,4 @@ shift || true
 exec cargo run --release -q -p specd -- generate \
   --target "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
   --draft draft-model --drafter "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
-  --block-size 4 --max-tokens 128 --prompt "$prompt" "$@"
+  --max-tokens 128 --prompt "$prompt" "$@"
