@@ -32,6 +32,15 @@ impl SpecdService {
             Self::Drafter => DRAFTER_SERVICE_NAME,
         }
     }
+
+    /// The specd server that hosts this service.
+    pub fn server(self) -> &'static str {
+        match self {
+            Self::Generation => "router",
+            Self::Verifier => "verifier",
+            Self::Drafter => "drafter",
+        }
+    }
 }
 
 impl std::fmt::Display for SpecdService {

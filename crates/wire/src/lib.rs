@@ -21,6 +21,7 @@ pub mod health;
 pub mod kv;
 pub mod limits;
 pub mod sampling;
+pub mod serving;
 pub mod tensor;
 
 /// `specd.v1.Tensor`: the wire form of a tensor (see [`tensor`] for the candle codec).
