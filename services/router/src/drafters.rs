@@ -79,6 +79,9 @@ pub struct DrafterPool {
     backoff: Duration,
     /// The verifier's vocabulary size (0: not known yet); drafters of another are not used.
     target_vocab: AtomicUsize,
+    /// Held while a pick reads the loads and counts its choice, so that picks at the same
+    /// moment spread out.
+    choosing: Mutex<()>,
 }
 
 /// A session's claim on an endpoint: counted as one open session while it lives.
@@ -142,6 +145,7 @@ impl DrafterPool {
             limits: *limits,
             backoff: FAILED_DRAFTER_BACKOFF,
             target_vocab: AtomicUsize::new(0),
+            choosing: Mutex::new(()),
         })
     }
 
@@ -162,12 +166,14 @@ impl DrafterPool {
     /// in `exclude` and those backing off after a failure; `None` when none answers.
     pub async fn pick(&self, kind: Option<DrafterKind>, exclude: &[String]) -> Option<Lease> {
         let now = Instant::now();
-        let mut candidates: Vec<_> = self
+        let candidates: Vec<_> = self
             .endpoints()
             .into_iter()
             .filter(|e| !exclude.contains(&e.url) && !e.backing_off(now))
             .collect();
-        candidates.sort_by_key(|e| e.open_sessions.load(Ordering::Relaxed));
+        // Every candidate's description first: choosing while another pick waits on one
+        // would send concurrent sessions to whichever endpoint sorted first.
+        let mut usable = Vec::with_capacity(candidates.len());
         for endpoint in candidates {
             let Some(info) = endpoint.info().await else {
                 self.failed(&endpoint);
@@ -186,10 +192,14 @@ impl DrafterPool {
                 );
                 continue;
             }
-            endpoint.open_sessions.fetch_add(1, Ordering::Relaxed);
-            return Some(Lease { endpoint, info });
+            usable.push((endpoint, info));
         }
-        None
+        let _choosing = self.choosing.lock().unwrap_or_else(PoisonError::into_inner);
+        let (endpoint, info) = usable
+            .into_iter()
+            .min_by_key(|(e, _)| e.open_sessions.load(Ordering::Relaxed))?;
+        endpoint.open_sessions.fetch_add(1, Ordering::Relaxed);
+        Some(Lease { endpoint, info })
     }
 
     /// Leaves `endpoint` out of picks for the backoff period, and asks it again what it is
