@@ -24,7 +24,9 @@ pub mod stop;
 pub mod verifier;
 
 pub use acceptance::{accept_drafts, Accepted};
-pub use block_size::{load_block_cap, BlockSizeConfig, BlockSizeController};
+pub use block_size::{
+    load_block_cap, BlockSizeConfig, BlockSizeController, GovernedRound, SpeculationGovernor,
+};
 pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 pub use fallback::{DrafterFallback, FallbackCause};
 pub use finish::FinishReason;
@@ -37,4 +39,4 @@ pub use round_loop::{
 pub use sampling::{sample, SamplingParams};
 pub use stats::SpecStats;
 pub use stop::{Detokenizer, StopConditions};
-pub use verifier::{PrefillRequest, Prefilled, Verified, Verifier, VerifyRequest};
+pub use verifier::{ForwardCost, PrefillRequest, Prefilled, Verified, Verifier, VerifyRequest};

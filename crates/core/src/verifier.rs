@@ -73,6 +73,20 @@ pub struct Verified<C> {
     /// What the drafter needs for its next round (for an MTP drafter: the hidden at slot `a`
     /// and the K/V rows of the `a + 1` committed positions). Must be `Some` when asked for.
     pub carry: Option<C>,
+    /// The target forward this round ran in, when the verifier reports it (a replayed
+    /// round ran none).
+    pub forward: Option<ForwardCost>,
+}
+
+/// One target forward as the verifier ran it: every row of a batch shares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardCost {
+    /// Tokens through the model, summed over the rows.
+    pub tokens: usize,
+    /// Rows (sequences) in the forward.
+    pub rows: usize,
+    /// Time of the forward alone (no queueing, no acceptance).
+    pub time: std::time::Duration,
 }
 
 /// The target side: prefill, verify-and-accept, truncate and release, per sequence.

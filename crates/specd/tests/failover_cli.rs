@@ -91,7 +91,10 @@ async fn sessions_fail_over_when_a_drafter_dies_mid_stream() {
 
     let streams = start_streams(&client).await;
     // Concurrent sessions spread over the pool: the victim holds some of them.
-    assert!(victim.live_sessions().await > 0, "every session went to one drafter");
+    assert!(
+        victim.live_sessions().await > 0,
+        "every session went to one drafter"
+    );
     victim.kill();
     let finished = finish_streams(streams).await;
 

@@ -52,8 +52,8 @@ pub mod verifier {
         Verifier, VerifierServer, SERVICE_NAME as VERIFIER_SERVICE_NAME,
     };
     pub use crate::pb::{
-        PrefillHead, PrefillRequest, PrefillResponse, ReleaseRequest, ReleaseResponse,
-        SnapshotRequest, TruncateRequest, TruncateResponse, VerifierStatsRequest,
+        ForwardStats, PrefillHead, PrefillRequest, PrefillResponse, ReleaseRequest,
+        ReleaseResponse, SnapshotRequest, TruncateRequest, TruncateResponse, VerifierStatsRequest,
         VerifierStatsResponse, VerifyRequest, VerifyResponse,
     };
 }

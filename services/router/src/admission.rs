@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use specd_core::{load_block_cap, RequestControl};
+use specd_core::{load_block_cap, RequestControl, SpeculationGovernor};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 use tracing::debug;
@@ -20,6 +20,7 @@ pub(crate) struct Admission {
     active: watch::Sender<usize>,
     max_batch_tokens: usize,
     max_block_size: usize,
+    governor: Arc<SpeculationGovernor>,
 }
 
 /// A running request's place; leaving it (drop) lets another in.
@@ -31,7 +32,14 @@ pub(crate) struct Admitted {
 }
 
 impl Admission {
-    pub(crate) fn new(capacity: usize, max_batch_tokens: usize, max_block_size: usize) -> Self {
+    /// `drafter_parallelism`: drafters that run draft steps in parallel (0: drafting shares
+    /// nothing).
+    pub(crate) fn new(
+        capacity: usize,
+        max_batch_tokens: usize,
+        max_block_size: usize,
+        drafter_parallelism: usize,
+    ) -> Self {
         let capacity = capacity.max(1);
         Self {
             permits: Arc::new(Semaphore::new(capacity)),
@@ -42,7 +50,16 @@ impl Admission {
             active: watch::Sender::new(0),
             max_batch_tokens,
             max_block_size,
+            governor: Arc::new(SpeculationGovernor::new(
+                drafter_parallelism,
+                max_block_size,
+            )),
         }
+    }
+
+    /// The speculation governor every request of this router follows.
+    pub(crate) fn governor(&self) -> &SpeculationGovernor {
+        &self.governor
     }
 
     /// A place for one more request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED at
@@ -60,7 +77,7 @@ impl Admission {
             ))
         })?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let control = RequestControl::new();
+        let control = RequestControl::governed(self.governor.clone());
         let mut running = self.lock();
         running.insert(id, control.clone());
         self.rebalance(&running);
@@ -99,6 +116,7 @@ impl Admission {
         for control in running.values() {
             control.set_block_cap(cap);
         }
+        self.governor.set_active(running.len());
         self.active.send_replace(running.len());
         debug!(active = running.len(), ?cap, "load changed");
     }
@@ -125,7 +143,7 @@ mod tests {
 
     #[tokio::test]
     async fn capacity_is_enforced_and_freed() {
-        let admission = Arc::new(Admission::new(2, 0, 8));
+        let admission = Arc::new(Admission::new(2, 0, 8, 1));
         let a = admission.admit().unwrap();
         let _b = admission.admit().unwrap();
         let refused = admission.admit().err().unwrap();
@@ -137,7 +155,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_block_cap_follows_the_load() {
-        let admission = Arc::new(Admission::new(64, 8, 4));
+        let admission = Arc::new(Admission::new(64, 8, 4, 1));
         let a = admission.admit().unwrap();
         let b = admission.admit().unwrap();
         assert_eq!(a.control().block_cap(), None);
@@ -150,7 +168,7 @@ mod tests {
 
     #[tokio::test]
     async fn draining_refuses_new_requests_and_waits_for_running_ones() {
-        let admission = Arc::new(Admission::new(4, 0, 8));
+        let admission = Arc::new(Admission::new(4, 0, 8, 1));
         let running = admission.admit().unwrap();
         admission.start_drain();
         let refused = admission.admit().err().unwrap();

@@ -1,9 +1,11 @@
 //! The verifier side of one request, over gRPC.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use specd_core::{PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest};
+use specd_core::{
+    ForwardCost, PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest,
+};
 use specd_wire::verifier::{
     prefill_response, PrefillRequest as WirePrefill, ReleaseRequest, SnapshotRequest,
     TruncateRequest, VerifierClient, VerifyRequest as WireVerify,
@@ -170,7 +172,8 @@ impl Verifier for RemoteSequence {
             prompt_ids: request.prompt_ids,
             sampling: Some(sampling_to_wire(&request.sampling)),
             max_new_tokens: self.options.max_new_tokens,
-            with_mtp_state: self.options.with_mtp_state,
+            // A request that runs without its drafter (declined) ships no MTP state.
+            with_mtp_state: self.options.with_mtp_state && request.want_carry,
             max_chunk_bytes: self.options.max_chunk_bytes,
         };
         // The call runs in its own task so that it always learns the sequence id: if this
@@ -253,10 +256,16 @@ impl Verifier for RemoteSequence {
             snapshot: Vec::new(),
             delta: response.kv_delta,
         };
+        let forward = response.forward.map(|f| ForwardCost {
+            tokens: f.tokens as usize,
+            rows: f.rows as usize,
+            time: Duration::from_micros(f.micros),
+        });
         Ok(Verified {
             accepted: response.accepted as usize,
             new_tokens: response.new_tokens,
             carry: request.want_carry.then_some(carry),
+            forward,
         })
     }
 

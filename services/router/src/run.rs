@@ -15,7 +15,7 @@ use tonic::Status;
 
 use crate::admission::Admission;
 use crate::config::{RouterConfig, TargetLimits};
-use crate::drafters::Drafters;
+use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
@@ -51,10 +51,15 @@ impl RouterState {
         text: Arc<TargetText>,
     ) -> Self {
         let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
+        let drafter_parallelism = match &drafters {
+            Drafters::Remote(pool) => pool.urls().len(),
+            Drafters::None | Drafters::Ngram(_) => 0,
+        };
         let admission = Arc::new(Admission::new(
             config.max_concurrent_requests,
             config.max_batch_tokens,
             max_block_size,
+            drafter_parallelism,
         ));
         Self {
             verifier,
@@ -127,7 +132,7 @@ impl RouterState {
                     .run(request(block), sink, control)
                     .await
             }
-            (Drafters::Remote(pool), true) => match pool.pick(None, &[]).await {
+            (Drafters::Remote(pool), true) => match self.pick_drafter(pool).await {
                 Some(lease) => {
                     let info = lease.info();
                     let depth = info.max_draft_tokens + 1;
@@ -157,6 +162,15 @@ impl RouterState {
             }
         };
         result.map_err(loop_status)
+    }
+
+    /// A drafter for a new session; the governor learns how many drafters the pool (which
+    /// discovery may grow or shrink) now has.
+    async fn pick_drafter(&self, pool: &DrafterPool) -> Option<Lease> {
+        self.admission
+            .governor()
+            .set_drafter_parallelism(pool.urls().len());
+        pool.pick(None, &[]).await
     }
 
     async fn run_plain<S: EventSink>(

@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use specd_core::{
-    PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier, VerifyRequest,
+    ForwardCost, PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier,
+    VerifyRequest,
 };
 
 use candle_core::Tensor;
@@ -334,6 +336,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             accepted: outcome.accepted.accepted,
             new_tokens: outcome.accepted.new_tokens,
             carry: request.want_carry.then_some(outcome.carry),
+            forward: None,
         };
         seq.last_round = Some((request.round, request.tokens.clone(), answer.clone()));
         Ok(answer)
@@ -362,6 +365,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             VerifyStart::Replay(answer) => return Ok(answer),
             VerifyStart::Run { start_len } => start_len,
         };
+        let started = Instant::now();
         let forwarded = {
             let mut rows = [(&mut seq.cache, request.tokens.as_slice())];
             self.target.forward_blocks(&mut rows)
@@ -377,7 +381,14 @@ impl<T: TargetModel> LocalVerifier<T> {
                 return Err(e);
             }
         };
-        self.finish_verify(&mut seq, &request, &hidden, start_len)
+        let mut answer = self.finish_verify(&mut seq, &request, &hidden, start_len)?;
+        // Acceptance on the logits is part of what a verify of this width costs.
+        answer.forward = Some(ForwardCost {
+            tokens: request.tokens.len(),
+            rows: 1,
+            time: started.elapsed(),
+        });
+        Ok(answer)
     }
 
     pub fn truncate_sync(&self, seq: SeqId, committed_len: usize) -> Result<(), VerifierError> {

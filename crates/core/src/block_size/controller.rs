@@ -97,6 +97,11 @@ impl BlockSizeController {
         bs.max(1)
     }
 
+    /// Whether the request left its block size to the cost-aware policy.
+    pub fn is_cost_aware(&self) -> bool {
+        self.policy.is_some()
+    }
+
     /// Plans the next round: [`Self::next`], then, when cost-aware, the cheapest size up to
     /// it (possibly a plain round with speculation switched off).
     pub fn plan(&mut self, remaining: usize) -> RoundPlan {

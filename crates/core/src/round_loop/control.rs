@@ -1,7 +1,10 @@
-//! Caller-side handle on a running request: cancellation and a block-size cap.
+//! Caller-side handle on a running request: cancellation, a block-size cap, and the
+//! process's speculation governor.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use crate::block_size::SpeculationGovernor;
 
 /// Shared control of one running request; clones refer to the same request.
 #[derive(Clone, Debug, Default)]
@@ -14,12 +17,30 @@ struct ControlState {
     cancelled: AtomicBool,
     /// Block-size cap plus one; 0 means no cap.
     block_cap: AtomicUsize,
+    /// Shared by every request of the process: caps them all under load and learns from
+    /// their rounds.
+    governor: Option<Arc<SpeculationGovernor>>,
 }
 
 impl RequestControl {
     /// A fresh control: not cancelled, no cap.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A fresh control whose rounds feed, and follow the cap of, `governor`.
+    pub fn governed(governor: Arc<SpeculationGovernor>) -> Self {
+        Self {
+            state: Arc::new(ControlState {
+                governor: Some(governor),
+                ..ControlState::default()
+            }),
+        }
+    }
+
+    /// The process's governor, when the request has one.
+    pub fn governor(&self) -> Option<&SpeculationGovernor> {
+        self.state.governor.as_deref()
     }
 
     /// Asks the request to stop before its next round. It then finishes with
@@ -40,12 +61,18 @@ impl RequestControl {
         self.state.block_cap.store(encoded, Ordering::Relaxed);
     }
 
-    /// The current cap.
+    /// The cap set with [`Self::set_block_cap`].
     pub fn block_cap(&self) -> Option<usize> {
         match self.state.block_cap.load(Ordering::Relaxed) {
             0 => None,
             encoded => Some(encoded - 1),
         }
+    }
+
+    /// The governor's cap for requests that leave their block size to specd (a request that
+    /// fixed its block size keeps it).
+    pub fn governed_cap(&self) -> Option<usize> {
+        self.governor().and_then(SpeculationGovernor::cap)
     }
 }
 

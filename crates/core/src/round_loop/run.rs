@@ -10,7 +10,9 @@ use super::error::RoundLoopError;
 use super::events::{Event, EventSink, Finish, TokenDelta};
 use super::observe;
 use super::request::GenerationRequest;
-use crate::block_size::{BlockSizeController, DraftMeasurement, RoundMeasurement};
+use crate::block_size::{
+    BlockSizeController, DraftMeasurement, GovernedRound, RoundMeasurement, SpeculationGovernor,
+};
 use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 use crate::fallback::{DrafterFallback, FallbackCause};
 use crate::finish::FinishReason;
@@ -123,6 +125,8 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     /// still produce them).
     pending_carries: Vec<V::Carry>,
     pending_committed: Vec<u32>,
+    /// The governor judged speculation not worth a drafter session for this request.
+    declined: bool,
 }
 
 type Step<E> = Result<Option<FinishReason>, RoundLoopError<E>>;
@@ -166,11 +170,13 @@ where
             round: 0,
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
+            declined: false,
         }
     }
 
     async fn run(mut self) -> Result<Finish, RoundLoopError<V::Error>> {
         let mut timer = observe::RequestTimer::start();
+        self.decline_unpaying_speculation();
         let prefilled = self
             .verifier
             .prefill(PrefillRequest {
@@ -196,6 +202,26 @@ where
         Ok(finish)
     }
 
+    /// Runs plain, with no drafter session at all, when the process's estimates say that
+    /// speculation would not save what opening the session costs (a short request, or
+    /// plain rows batching better under load). Only for requests that left their block
+    /// size to specd.
+    fn decline_unpaying_speculation(&mut self) {
+        let Some(governor) = self.control.governor() else {
+            return;
+        };
+        if self.drafter.is_none() || !self.controller.is_cost_aware() {
+            return;
+        }
+        let prompt_len = self.request.prompt_ids.len();
+        if !governor.worth_opening(prompt_len, self.request.stop.max_tokens) {
+            debug!(seq = %self.request.seq, "speculation declined: it would not pay");
+            self.drafter = None;
+            self.controller.disable();
+            self.declined = true;
+        }
+    }
+
     async fn open_drafter(&mut self, carry: Option<V::Carry>) {
         let Some(drafter) = self.drafter else {
             return;
@@ -208,6 +234,7 @@ where
             return;
         };
         self.cleanup.session_opening(drafter, self.request.session);
+        let start = self.clock.now();
         let opened = drafter
             .open(OpenRequest {
                 session: self.request.session,
@@ -216,8 +243,14 @@ where
                 carry,
             })
             .await;
-        if let Err(error) = opened {
-            self.fall_back(FallbackCause::Open, error.to_string());
+        match opened {
+            Ok(()) => {
+                if let Some(governor) = self.control.governor() {
+                    let time = self.clock.now().saturating_duration_since(start);
+                    governor.record_open(self.request.prompt_ids.len(), time);
+                }
+            }
+            Err(error) => self.fall_back(FallbackCause::Open, error.to_string()),
         }
     }
 
@@ -230,13 +263,29 @@ where
         if budget == 0 {
             return Ok(Some(FinishReason::Length));
         }
-        self.controller.set_cap(self.control.block_cap());
+        let governed = self
+            .controller
+            .is_cost_aware()
+            .then(|| self.control.governed_cap())
+            .flatten();
+        let cap = match (self.control.block_cap(), governed) {
+            (Some(set), Some(governed)) => Some(set.min(governed)),
+            (set, governed) => set.or(governed),
+        };
+        self.controller.set_cap(cap);
         let block_size = self.plan_block(budget + 1);
+        if self.declined || (governed == Some(1) && self.drafter.is_some()) {
+            self.stats.speculation_off_rounds += 1;
+        }
         observe::block_size(block_size);
         let mut draft_measurement = None;
+        let mut drafting_alongside = 1;
+        let control = self.control.clone();
         let drafts = match self.drafter {
             Some(drafter) if block_size > 1 => {
                 let catch_up = self.pending_carries.len() > 1;
+                let drafting = control.governor().map(SpeculationGovernor::drafting);
+                drafting_alongside = drafting.as_ref().map_or(1, |d| d.concurrent);
                 let start = self.clock.now();
                 let drafts = self.draft(drafter, block_size - 1).await;
                 draft_measurement = Some(DraftMeasurement {
@@ -256,6 +305,16 @@ where
             verify_time: self.clock.now().saturating_duration_since(verify_start),
             accepted: verified.accepted,
         });
+        if let Some(governor) = control.governor() {
+            governor.record(&GovernedRound {
+                draft: draft_measurement
+                    .filter(|d| !d.catch_up)
+                    .map(|d| (d.steps, d.time, drafting_alongside)),
+                forward: verified.forward,
+                drafted: drafts.len(),
+                accepted: verified.accepted,
+            });
+        }
         let committed_before = self.committed_len;
         let accepted = verified.accepted;
         self.commit(&drafts, accepted, verified.carry);

@@ -1,11 +1,12 @@
 //! The cost-aware block size switches speculation off and back on mid-request, with measured
 //! costs on tokio's paused clock, and the output stays exactly the plain output.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use specd_core::{
-    BlockSizeConfig, Event, EventSink, FinishReason, RequestControl, RoundLoop, SamplingParams,
-    SpecStats, StopConditions,
+    BlockSizeConfig, Event, EventSink, FinishReason, ForwardCost, GovernedRound, RequestControl,
+    RoundLoop, SamplingParams, SpecStats, SpeculationGovernor, StopConditions,
 };
 
 use crate::support::pieces::Pieces;
@@ -210,5 +211,126 @@ async fn a_load_cap_bounds_cost_aware_blocks() {
         assert!(widths(false).any(|w| w == 4), "{case}: drafting pays");
         assert!(widths(true).all(|w| w <= 2), "{case}");
         assert!(widths(true).filter(|&w| w == 2).count() >= 20, "{case}");
+    }
+}
+
+/// A governor that has seen a compute-bound verifier (each token of a forward costs as much
+/// as a third of a step) and one drafter: under load, plain rows batch better.
+fn loaded_governor() -> Arc<SpeculationGovernor> {
+    let governor = Arc::new(SpeculationGovernor::new(1, CONFIG.requested));
+    for tokens in [1, 2, 4, 8, 16, 32] {
+        governor.record(&GovernedRound {
+            forward: Some(ForwardCost {
+                tokens,
+                rows: 1,
+                time: Duration::from_millis(60 + 30 * tokens as u64),
+            }),
+            ..GovernedRound::default()
+        });
+    }
+    for _ in 0..20 {
+        governor.record(&GovernedRound {
+            draft: Some((3, Duration::from_millis(90), 1)),
+            forward: None,
+            drafted: 3,
+            accepted: 2,
+        });
+    }
+    governor
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_governor_runs_plain_under_load_and_speculates_when_it_lifts() {
+    const MAX_TOKENS: usize = 80;
+    const LOAD_ENDS_AFTER_EVENTS: usize = 20;
+    let costs = Costs {
+        base: Duration::from_millis(10),
+        per_token: Duration::ZERO,
+        per_step: Duration::from_millis(1),
+    };
+    for sampling in samplings() {
+        let case = format!("{sampling:?}");
+        let governor = loaded_governor();
+        governor.set_active(4);
+        assert_eq!(governor.cap(), Some(1), "{case}");
+        let verifier = TableVerifier::default();
+        let drafter = TableDrafter::new(Policy::Oracle);
+        let control = RequestControl::governed(governor.clone());
+        let mut sink = ReactingSink {
+            events: Vec::new(),
+            control: control.clone(),
+            on_event: |seen: usize, control: &RequestControl| {
+                if seen == LOAD_ENDS_AFTER_EVENTS {
+                    if let Some(governor) = control.governor() {
+                        governor.set_active(1);
+                    }
+                }
+            },
+        };
+        let outcome = run_timed_into(
+            &verifier, &drafter, &costs, sampling, MAX_TOKENS, &mut sink, &control,
+        )
+        .await;
+        let stats = check_lossless(&sink.events, outcome, &drafter, &sampling, MAX_TOKENS);
+        let lifted_from = tokens_of(&sink.events[..LOAD_ENDS_AFTER_EVENTS]).len() as u64;
+        let log = verifier.log();
+        let widths = |lifted: bool| {
+            log.verifies
+                .iter()
+                .filter(move |v| (v.output_index_base >= lifted_from) == lifted)
+                .map(|v| v.tokens.len())
+        };
+        assert!(widths(false).all(|w| w == 1), "{case}: plain under load");
+        assert!(widths(true).any(|w| w == 4), "{case}: speculating again");
+        assert!(
+            stats.speculation_off_rounds >= LOAD_ENDS_AFTER_EVENTS as u64 - 1,
+            "{case}: {stats:?}"
+        );
+        // The session stayed open: the first draft after the load caught up on the carries.
+        assert_eq!(drafter.log().opens.len(), 1, "{case}");
+        assert!(drafter.log().drafts.first().is_some_and(|d| d.carries > 1));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_governor_declines_a_drafter_a_short_request_cannot_pay_back() {
+    let costs = Costs {
+        base: Duration::from_millis(10),
+        per_token: Duration::ZERO,
+        per_step: Duration::from_millis(1),
+    };
+    for sampling in samplings() {
+        let case = format!("{sampling:?}");
+        let governor = loaded_governor();
+        governor.set_active(1);
+        // Opening prefills the prompt on the drafter at a second per token.
+        governor.record_open(PROMPT.len(), Duration::from_secs(PROMPT.len() as u64));
+        let verifier = TableVerifier::default();
+        let drafter = TableDrafter::new(Policy::Oracle);
+        let control = RequestControl::governed(governor.clone());
+        let mut events = Vec::new();
+        let outcome = run_timed_into(
+            &verifier,
+            &drafter,
+            &costs,
+            sampling,
+            12,
+            &mut events,
+            &control,
+        )
+        .await;
+        let stats = check_lossless(&events, outcome, &drafter, &sampling, 12);
+        assert_eq!(stats.drafted, 0, "{case}");
+        assert!(drafter.log().opens.is_empty(), "{case}: no session opened");
+        assert!(stats.speculation_off_rounds > 0, "{case}: {stats:?}");
+        // A request that fixed its block size is not governed.
+        let fixed = BlockSizeConfig::fixed(4);
+        let stop = StopConditions::max_tokens(12);
+        let mut events = Vec::new();
+        let finish = RoundLoop::new(&verifier, Some(&drafter), &Pieces)
+            .run(request(fixed, sampling, stop), &mut events, &control)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert!(finish.stats.drafted > 0, "{case}");
     }
 }

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
     load_block_cap, BlockSizeConfig, Drafter, Event, EventSink, GenerationRequest, RequestControl,
-    RoundLoop, SamplingParams, SeqId, SessionId, StopConditions,
+    RoundLoop, SamplingParams, SeqId, SessionId, SpeculationGovernor, StopConditions,
 };
 use specd_core::{NgramConfig, NgramDrafter};
 use specd_drafter::{DraftModelEngine, MtpEngine};
@@ -190,10 +190,13 @@ fn block_config(speculative: bool) -> BlockSizeConfig {
 }
 
 /// Requests through the core round loop on a batching verifier in this process, all with
-/// the same drafter (plain when `speculative` is false).
+/// the same drafter (plain when `speculative` is false) and following `governor`, as the
+/// requests of one embedded server would.
+#[allow(clippy::too_many_arguments)]
 pub async fn embedded<T, D>(
     verifier: Arc<BatchVerifier<T>>,
     drafter: Arc<D>,
+    governor: Arc<SpeculationGovernor>,
     eos: Vec<u32>,
     prompts: &[Vec<u32>],
     max_tokens: usize,
@@ -206,9 +209,13 @@ where
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 40);
     let cap = load_block_cap(concurrency, BATCH_TOKEN_BUDGET, MAX_BLOCK);
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let (wall, done) = drive(concurrency, prompts, move |_, prompt_ids| {
         let (verifier, drafter, eos) = (verifier.clone(), drafter.clone(), eos.clone());
+        let (governor, in_flight) = (governor.clone(), in_flight.clone());
         async move {
+            governor.set_active(in_flight.fetch_add(1, Ordering::Relaxed) + 1);
+            let _leaving = Leaving(&governor, &in_flight);
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
             let request = GenerationRequest {
                 seq: SeqId(id),
@@ -229,7 +236,7 @@ where
                 },
                 block_size: block_config(speculative),
             };
-            let control = RequestControl::new();
+            let control = RequestControl::governed(governor.clone());
             control.set_block_cap(cap);
             let mut sink = Tokens::default();
             let finish = RoundLoop::new(&*verifier, Some(&*drafter), &NoText)
@@ -247,6 +254,16 @@ where
         wall,
         done,
     ))
+}
+
+/// Counts a request out of the governor's load when it ends, however it ends.
+struct Leaving<'a>(&'a SpeculationGovernor, &'a AtomicUsize);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        let left = self.1.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        self.0.set_active(left);
+    }
 }
 
 /// Streaming requests through the router at `router_url` (its own adaptive, cost-aware
@@ -381,6 +398,7 @@ pub fn json_rows(points: &[LoadPoint]) -> Vec<serde_json::Value> {
 async fn embedded_pair<T, D>(
     verifier: &Arc<BatchVerifier<T>>,
     drafter: Arc<D>,
+    governor: &Arc<SpeculationGovernor>,
     eos: &[u32],
     prompts: &[Vec<u32>],
     max_tokens: usize,
@@ -394,6 +412,7 @@ where
         embedded(
             verifier.clone(),
             drafter.clone(),
+            governor.clone(),
             eos.to_vec(),
             prompts,
             max_tokens,
@@ -437,11 +456,17 @@ pub async fn bench<T: TargetModel>(
         EmbeddedDrafter::Mtp(engine) => LoadDrafter::Mtp(Arc::from(engine)),
         EmbeddedDrafter::DraftModel(engine) => LoadDrafter::DraftModel(Arc::from(engine)),
     };
+    // Draft calls queue on the one in-process drafter; prompt lookup shares nothing.
+    let parallel_drafters = match drafter {
+        LoadDrafter::Ngram(_) => 0,
+        LoadDrafter::Mtp(_) | LoadDrafter::DraftModel(_) => 1,
+    };
+    let governor = Arc::new(SpeculationGovernor::new(parallel_drafters, MAX_BLOCK));
     // One short unmeasured request per path first: page faults on the memory-mapped
     // weights, allocator growth and connection setup.
     let warm = requests(&ids, 1, 1);
     drafter
-        .embedded(&batching, &eos, &warm, max_tokens.min(8), 1)
+        .embedded(&batching, &governor, &eos, &warm, max_tokens.min(8), 1)
         .await?;
     if let Some(url) = &router_url {
         split(url, &warm, max_tokens.min(8), 1, true).await?;
@@ -451,7 +476,7 @@ pub async fn bench<T: TargetModel>(
         let batch = requests(&ids, concurrency, waves);
         points.extend(
             drafter
-                .embedded(&batching, &eos, &batch, max_tokens, concurrency)
+                .embedded(&batching, &governor, &eos, &batch, max_tokens, concurrency)
                 .await?,
         );
         if let Some(url) = &router_url {
@@ -468,8 +493,8 @@ pub async fn bench<T: TargetModel>(
     } else {
         println!(
             "{} requests per level x concurrency, {max_tokens} tokens each, greedy; \
-             speculative = cost-aware block size up to {MAX_BLOCK} (depth {DEPTH}), \
-             capped under load to {BATCH_TOKEN_BUDGET} verify rows per forward",
+             speculative = cost-aware block size up to {MAX_BLOCK} (depth {DEPTH}) under \
+             the speculation governor, capped to {BATCH_TOKEN_BUDGET} verify rows per forward",
             waves
         );
         print_table(&points);
@@ -503,6 +528,7 @@ impl LoadDrafter {
     async fn embedded<T: TargetModel>(
         &self,
         verifier: &Arc<BatchVerifier<T>>,
+        governor: &Arc<SpeculationGovernor>,
         eos: &[u32],
         prompts: &[Vec<u32>],
         max_tokens: usize,
@@ -510,13 +536,16 @@ impl LoadDrafter {
     ) -> Result<[LoadPoint; 2]> {
         match self {
             LoadDrafter::Ngram(d) => {
-                embedded_pair(verifier, d.clone(), eos, prompts, max_tokens, concurrency).await
+                let d = d.clone();
+                embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
             }
             LoadDrafter::Mtp(d) => {
-                embedded_pair(verifier, d.clone(), eos, prompts, max_tokens, concurrency).await
+                let d = d.clone();
+                embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
             }
             LoadDrafter::DraftModel(d) => {
-                embedded_pair(verifier, d.clone(), eos, prompts, max_tokens, concurrency).await
+                let d = d.clone();
+                embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
             }
         }
     }

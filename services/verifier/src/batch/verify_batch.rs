@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::sync::MutexGuard;
 
-use specd_core::SeqId;
+use std::time::Instant;
+
+use specd_core::{ForwardCost, SeqId};
 use specd_telemetry::propagation::link_row;
 
 use super::counters::Counters;
@@ -97,6 +99,7 @@ pub(crate) fn run_batch<T: TargetModel>(
         link_row(&batch_span, &row.job.span);
     }
     let _entered = batch_span.enter();
+    let started = Instant::now();
     let forwarded = {
         let mut blocks: Vec<(&mut T::Cache, &[u32])> = rows
             .iter_mut()
@@ -104,6 +107,8 @@ pub(crate) fn run_batch<T: TargetModel>(
             .collect();
         local.target().forward_blocks(&mut blocks)
     };
+    let tokens = rows.iter().map(|row| row.job.request.tokens.len()).sum();
+    let batch_rows = rows.len();
     counters.batch_ran(rows.len());
     let hiddens = match forwarded {
         Ok(hiddens) if hiddens.len() == rows.len() => hiddens,
@@ -113,11 +118,26 @@ pub(crate) fn run_batch<T: TargetModel>(
         }
         Err(e) => return fail_rows(local, rows, &e.to_string()),
     };
+    let mut finished = Vec::with_capacity(rows.len());
     for (mut row, hidden) in rows.into_iter().zip(hiddens) {
         let before = row.state.last_round.clone();
         let answer = local
             .finish_verify(&mut row.state, &row.job.request, &hidden, row.start_len)
             .and_then(|verified| with_window(local, &row.state, &row.job, verified));
+        finished.push((row, before, answer));
+    }
+    // Every row's acceptance on its logits is part of what the forward cost, so the answers
+    // go out together, each with the whole batch's cost.
+    let forward = ForwardCost {
+        tokens,
+        rows: batch_rows,
+        time: started.elapsed(),
+    };
+    for (mut row, before, answer) in finished {
+        let answer = answer.map(|mut answer| {
+            answer.verified.forward = Some(forward);
+            answer
+        });
         let applied = answer.is_ok();
         if row.job.reply.send(answer).is_err() && applied {
             // The caller went away during the forward and never learns the answer: undo the

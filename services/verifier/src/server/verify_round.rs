@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use specd_core::{SeqId, VerifyRequest as CoreVerify};
-use specd_wire::verifier::{VerifyRequest, VerifyResponse};
+use specd_wire::verifier::{ForwardStats, VerifyRequest, VerifyResponse};
 use tonic::Status;
 
 use super::convert::{delta_of, hidden_to_wire, position};
@@ -68,6 +68,7 @@ impl<T: TargetModel> Sequences<T> {
             hidden: None,
             kv_delta: None,
             replayed: false,
+            forward: verified.forward.map(forward_stats),
         };
         if state.with_mtp_state {
             let carry = verified
@@ -117,6 +118,7 @@ fn replay(state: &SeqWire, request: &VerifyRequest) -> Result<Option<VerifyRespo
         Some(last) if last.tokens == request.tokens => {
             let mut response = last.response.clone();
             response.replayed = true;
+            response.forward = None;
             Ok(Some(response))
         }
         Some(_) => Err(Status::failed_precondition(format!(
@@ -146,4 +148,12 @@ fn check_order(state: &SeqWire, request: &VerifyRequest) -> Result<(), Status> {
         )));
     }
     Ok(())
+}
+
+fn forward_stats(forward: specd_core::ForwardCost) -> ForwardStats {
+    ForwardStats {
+        tokens: u32::try_from(forward.tokens).unwrap_or(u32::MAX),
+        rows: u32::try_from(forward.rows).unwrap_or(u32::MAX),
+        micros: u64::try_from(forward.time.as_micros()).unwrap_or(u64::MAX),
+    }
 }

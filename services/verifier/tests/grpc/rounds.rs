@@ -80,6 +80,10 @@ async fn drafts_from_the_target_are_accepted_and_cut_to_the_budget() {
     let answer = verify(&mut client, request).await.unwrap();
     assert_eq!(answer.accepted, 3);
     assert_eq!(answer.new_tokens, expected[1..5]);
+    // The forward it ran in: this sequence's row alone.
+    let forward = answer.forward.expect("forward stats");
+    assert_eq!((forward.tokens, forward.rows), (4, 1));
+    assert!(forward.micros > 0);
     assert_eq!(answer.committed_len, head.committed_len + 4);
     // A wrong second draft stops the walk there; the budget cuts what is emitted.
     let bonus = expected[4];
@@ -115,6 +119,8 @@ async fn a_retried_round_replays_and_changes_nothing() {
     let answer = verify(&mut client, first.clone()).await.unwrap();
     let again = verify(&mut client, first.clone()).await.unwrap();
     assert!(again.replayed);
+    assert!(answer.forward.is_some());
+    assert_eq!(again.forward, None, "a replay runs no forward");
     assert_eq!(again.accepted, answer.accepted);
     assert_eq!(again.new_tokens, answer.new_tokens);
     assert_eq!(again.committed_len, answer.committed_len);

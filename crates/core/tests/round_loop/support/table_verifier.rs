@@ -129,6 +129,7 @@ impl TableVerifier {
             accepted: walk.accepted,
             new_tokens,
             carry: carry.then_some(committed),
+            forward: None,
         })
     }
 }

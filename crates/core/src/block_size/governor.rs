@@ -1,0 +1,419 @@
+//! Speculation under load, decided for every request of a process at once.
+//!
+//! A request's own cost-aware policy compares the rounds it measures, but under load those
+//! depend on what the other requests do: every request's rows share one batched forward,
+//! and draft calls queue on the drafters. A request alone would see a speculative round
+//! cost little more than a plain one, while every request speculating makes the shared
+//! forward and the drafter queue grow for all. So the governor compares whole-process
+//! throughput: with `n` active requests all at block size `bs`,
+//!
+//! `seconds per token(bs) = (F(n·bs) + (bs − 1)·d·⌈n / P⌉) / (n · E[emitted(bs)])`,
+//!
+//! where `F(t)` is the measured cost of a forward of `t` tokens ([`ForwardCurve`]), `d` one
+//! draft step, `P` how many drafters run in parallel and `E[emitted]` follows the acceptance
+//! of every request's rounds. `bs = 1` is plain decoding. The cheapest size caps every
+//! request's block size; a cap of 1 switches speculation off for all, with their drafter
+//! sessions kept open, and it comes back on when the load falls or the costs change.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use super::cost_estimates::CostEstimates;
+use super::forward_curve::ForwardCurve;
+use crate::verifier::ForwardCost;
+
+/// Weight of one sample in the shared estimates: many requests feed them.
+pub const GOVERNOR_WEIGHT: f64 = 0.1;
+/// One request in this many that the estimates say not to speculate speculates anyway, so
+/// that the estimates follow a drafter, or prompts, that got better.
+pub const RELEARN_EVERY: u64 = 8;
+/// Speculation must be this much cheaper per token than plain decoding to stay on under
+/// load: close calls go to plain decoding, which cannot lose.
+pub const SPECULATION_MARGIN: f64 = 0.95;
+
+/// What one round of one request cost and yielded, for the shared estimates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GovernedRound {
+    /// The draft call: drafts asked for, wall time, and how many requests were drafting when
+    /// it started (itself included). `None` in a plain round.
+    pub draft: Option<(usize, Duration, usize)>,
+    /// The forward the round's verify ran in, when the verifier reported it.
+    pub forward: Option<ForwardCost>,
+    /// Drafts verified.
+    pub drafted: usize,
+    /// Drafts accepted.
+    pub accepted: usize,
+}
+
+/// Shared cost estimates and the block-size cap they give under the current load.
+#[derive(Debug)]
+pub struct SpeculationGovernor {
+    /// Drafters that run draft steps in parallel; 0 when drafting takes no shared resource.
+    drafter_parallelism: AtomicUsize,
+    max_block_size: usize,
+    estimates: Mutex<Estimates>,
+    active: AtomicUsize,
+    drafting: AtomicUsize,
+    /// The cap plus one; 0 means no cap.
+    cap: AtomicUsize,
+    /// Requests the estimates said not to speculate.
+    declined: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Estimates {
+    forward: ForwardCurve,
+    /// Draft step and acceptance by position, pooled over requests (its verify table is
+    /// unused: forwards are shared, see `forward`).
+    rounds: CostEstimates,
+    /// Seconds per prompt token of opening a drafter session (its own prefill).
+    open_per_token: Option<f64>,
+}
+
+/// A draft call in progress; counts as drafting until dropped.
+pub struct Drafting<'a> {
+    governor: &'a SpeculationGovernor,
+    /// Requests drafting when this call started, itself included.
+    pub concurrent: usize,
+}
+
+impl Drop for Drafting<'_> {
+    fn drop(&mut self) {
+        self.governor.drafting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SpeculationGovernor {
+    /// A governor for requests whose drafts come from `drafter_parallelism` drafters running
+    /// in parallel (0: drafting shares nothing, as prompt lookup) and verify at most
+    /// `max_block_size` tokens per round.
+    pub fn new(drafter_parallelism: usize, max_block_size: usize) -> Self {
+        Self {
+            drafter_parallelism: AtomicUsize::new(drafter_parallelism),
+            max_block_size: max_block_size.max(1),
+            estimates: Mutex::new(Estimates::default()),
+            active: AtomicUsize::new(0),
+            drafting: AtomicUsize::new(0),
+            cap: AtomicUsize::new(0),
+            declined: AtomicU64::new(0),
+        }
+    }
+
+    /// The block-size cap every request should follow now; `None` when speculation is left
+    /// to each request (one request alone, or costs not known yet).
+    pub fn cap(&self) -> Option<usize> {
+        match self.cap.load(Ordering::Relaxed) {
+            0 => None,
+            encoded => Some(encoded - 1),
+        }
+    }
+
+    /// Sets how many requests are running.
+    pub fn set_active(&self, active: usize) {
+        self.active.store(active, Ordering::Relaxed);
+        self.decide(&self.lock());
+    }
+
+    /// Sets how many drafters run draft steps in parallel (a pool that grew or shrank).
+    pub fn set_drafter_parallelism(&self, drafters: usize) {
+        self.drafter_parallelism.store(drafters, Ordering::Relaxed);
+    }
+
+    /// Marks a draft call as started.
+    pub fn drafting(&self) -> Drafting<'_> {
+        let concurrent = self.drafting.fetch_add(1, Ordering::Relaxed) + 1;
+        Drafting {
+            governor: self,
+            concurrent,
+        }
+    }
+
+    /// Feeds one request's round to the shared estimates and decides again.
+    pub fn record(&self, round: &GovernedRound) {
+        let mut estimates = self.lock();
+        if let Some(forward) = round.forward {
+            estimates
+                .forward
+                .record(forward.tokens, forward.time, GOVERNOR_WEIGHT);
+        }
+        if let Some((steps, time, concurrent)) = round.draft.filter(|d| d.0 > 0) {
+            // A call that queued behind others' drafts measured their steps too.
+            let queued = self.queue_length(concurrent) as u32;
+            estimates
+                .rounds
+                .record_draft(steps, time / queued.max(1), GOVERNOR_WEIGHT);
+        }
+        if round.drafted > 0 {
+            estimates.rounds.record_acceptance(
+                round.drafted,
+                round.accepted.min(round.drafted),
+                GOVERNOR_WEIGHT,
+            );
+        }
+        self.decide(&estimates);
+    }
+
+    /// Records the opening of a drafter session on a prompt of `prompt_len` tokens.
+    pub fn record_open(&self, prompt_len: usize, time: Duration) {
+        if prompt_len == 0 {
+            return;
+        }
+        let sample = time.min(Duration::from_secs(60)).as_secs_f64() / prompt_len as f64;
+        let mut estimates = self.lock();
+        estimates.open_per_token = Some(match estimates.open_per_token {
+            None => sample,
+            Some(value) => value + GOVERNOR_WEIGHT * (sample - value),
+        });
+    }
+
+    /// Whether a new request of `prompt_len` prompt tokens and up to `max_new_tokens` new
+    /// ones should open a drafter session: what speculation would save over its tokens at
+    /// the current load against what opening costs. Yes while a cost is unknown, and, unless
+    /// the load keeps every request plain, for one request in [`RELEARN_EVERY`] of those
+    /// declined.
+    pub fn worth_opening(&self, prompt_len: usize, max_new_tokens: usize) -> bool {
+        let active = self.active.load(Ordering::Relaxed).max(1);
+        let queue = self.queue_length(active);
+        let (saving, open) = {
+            let estimates = self.lock();
+            let saving = per_token_saving(&estimates, active, queue, self.max_block_size);
+            (saving, estimates.open_per_token)
+        };
+        let (Some(saving), Some(open)) = (saving, open) else {
+            return true;
+        };
+        if max_new_tokens as f64 * saving > open * prompt_len as f64 {
+            return true;
+        }
+        if self.cap() == Some(1) {
+            // Under load no round would draft: a session would only cost its prefill.
+            return false;
+        }
+        self.declined.fetch_add(1, Ordering::Relaxed) % RELEARN_EVERY == RELEARN_EVERY - 1
+    }
+
+    /// Draft calls one drafter runs in turn when `concurrent` requests draft at once.
+    fn queue_length(&self, concurrent: usize) -> usize {
+        match self.drafter_parallelism.load(Ordering::Relaxed) {
+            0 => 1,
+            parallel => concurrent.max(1).div_ceil(parallel),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Estimates> {
+        self.estimates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn decide(&self, estimates: &Estimates) {
+        let active = self.active.load(Ordering::Relaxed);
+        let cap = best_block_size(
+            estimates,
+            active,
+            self.queue_length(active),
+            self.max_block_size,
+        );
+        let cap = cap.filter(|&c| c < self.max_block_size);
+        self.cap
+            .store(cap.map_or(0, |c| c.saturating_add(1)), Ordering::Relaxed);
+    }
+}
+
+/// Seconds per token speculation at its best size saves over plain decoding for `active`
+/// requests together (negative when it costs more); `None` while a cost is unknown.
+fn per_token_saving(
+    estimates: &Estimates,
+    active: usize,
+    queue: usize,
+    max_block_size: usize,
+) -> Option<f64> {
+    let plain = estimates.forward.seconds(active)? / active as f64;
+    let (_, spec) = cheapest_speculative(estimates, active, queue, max_block_size)?;
+    Some(plain - spec)
+}
+
+/// The speculative block size with the fewest seconds per token for `active` requests
+/// together, and that cost; `None` while a cost is unknown.
+fn cheapest_speculative(
+    estimates: &Estimates,
+    active: usize,
+    queue: usize,
+    max_block_size: usize,
+) -> Option<(usize, f64)> {
+    let n = active.max(1) as f64;
+    let draft_step = estimates.rounds.draft_step()?;
+    let mut best: Option<(usize, f64)> = None;
+    for block in 2..=max_block_size {
+        let forward = estimates.forward.seconds(active.saturating_mul(block))?;
+        let drafting = draft_step * (block - 1) as f64 * queue as f64;
+        let emitted = estimates.rounds.expected_emitted(block)?;
+        let cost = (forward + drafting) / (n * emitted);
+        if best.is_none_or(|(_, best_cost)| cost < best_cost) {
+            best = Some((block, cost));
+        }
+    }
+    best
+}
+
+/// The block size with the fewest seconds per token for `active` requests together, when
+/// draft calls queue `queue` deep; `None` for one request alone or while a cost is unknown.
+fn best_block_size(
+    estimates: &Estimates,
+    active: usize,
+    queue: usize,
+    max_block_size: usize,
+) -> Option<usize> {
+    if active <= 1 {
+        return None;
+    }
+    let plain = estimates.forward.seconds(active)? / active as f64;
+    let best = cheapest_speculative(estimates, active, queue, max_block_size);
+    match best {
+        Some((block, cost)) if cost < plain * SPECULATION_MARGIN => Some(block),
+        _ => Some(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(value: f64) -> Duration {
+        Duration::from_secs_f64(value / 1000.0)
+    }
+
+    /// Feeds forwards costing `base + per_token × t` ms for every `t` up to 256, draft steps
+    /// of `draft_ms` measured alone, and rounds of 4 drafts accepting `accepted`.
+    fn learned(
+        governor: &SpeculationGovernor,
+        base: f64,
+        per_token: f64,
+        draft_ms: f64,
+        accepted: usize,
+    ) {
+        for tokens in [1, 2, 4, 5, 8, 16, 20, 32, 64, 128, 256] {
+            governor.record(&GovernedRound {
+                forward: Some(ForwardCost {
+                    tokens,
+                    rows: 1,
+                    time: ms(base + per_token * tokens as f64),
+                }),
+                ..GovernedRound::default()
+            });
+        }
+        for _ in 0..50 {
+            governor.record(&GovernedRound {
+                draft: Some((4, ms(draft_ms * 4.0), 1)),
+                forward: None,
+                drafted: 4,
+                accepted,
+            });
+        }
+    }
+
+    #[test]
+    fn one_request_is_left_to_its_own_policy() {
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 10.0, 20.0, 30.0, 0);
+        governor.set_active(1);
+        assert_eq!(governor.cap(), None);
+        governor.set_active(0);
+        assert_eq!(governor.cap(), None);
+    }
+
+    #[test]
+    fn nothing_is_capped_before_costs_are_known() {
+        let governor = SpeculationGovernor::new(1, 5);
+        governor.set_active(8);
+        assert_eq!(governor.cap(), None);
+    }
+
+    #[test]
+    fn compute_bound_forwards_switch_speculation_off_under_load() {
+        // A CPU: every token costs nearly a full step, drafts a third of one.
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 60.0, 30.0, 34.0, 3);
+        governor.set_active(1);
+        assert_eq!(governor.cap(), None);
+        governor.set_active(4);
+        assert_eq!(governor.cap(), Some(1));
+        governor.set_active(32);
+        assert_eq!(governor.cap(), Some(1));
+    }
+
+    #[test]
+    fn flat_forwards_and_cheap_drafts_keep_speculating_under_load() {
+        // An accelerator: a forward of a few hundred tokens costs what one of a few does.
+        let governor = SpeculationGovernor::new(0, 5);
+        learned(&governor, 20.0, 0.01, 0.5, 4);
+        governor.set_active(16);
+        assert_eq!(governor.cap(), None);
+    }
+
+    #[test]
+    fn the_cap_shrinks_as_load_grows_and_lifts_when_it_falls() {
+        // Forwards nearly flat, one drafter whose queue grows with the load.
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 40.0, 0.5, 1.0, 3);
+        let mut last = usize::MAX;
+        for active in [2, 4, 8, 16, 32, 128] {
+            governor.set_active(active);
+            let cap = governor.cap().unwrap_or(5);
+            assert!(cap <= last, "active {active}: {cap} after {last}");
+            last = cap;
+        }
+        assert_eq!(last, 1, "128 requests queue on one drafter");
+        governor.set_active(2);
+        assert_eq!(governor.cap(), Some(4), "a fifth token is never accepted");
+    }
+
+    #[test]
+    fn short_requests_skip_a_drafter_that_cannot_pay_back_its_prefill() {
+        // One request alone: a speculative token costs 40 ms against 100 ms plain.
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 90.0, 10.0, 10.0, 4);
+        governor.set_active(1);
+        assert!(governor.worth_opening(100, 4), "no opening measured yet");
+        // Opening prefills the prompt at 20 ms per token: 2 s for 100 tokens.
+        governor.record_open(100, ms(2000.0));
+        assert!(governor.worth_opening(100, 64), "64 tokens save ~3.8 s");
+        let declined: Vec<bool> = (0..RELEARN_EVERY)
+            .map(|_| governor.worth_opening(100, 16))
+            .collect();
+        assert_eq!(
+            declined.iter().filter(|&&open| open).count(),
+            1,
+            "16 tokens save ~1 s: declined, but for one relearning request"
+        );
+        // Under load plain rows share the forward: nothing is worth opening for.
+        learned(&governor, 90.0, 100.0, 100.0, 1);
+        governor.set_active(8);
+        assert_eq!(governor.cap(), Some(1));
+        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(10, 1000));
+        assert_eq!(
+            opened.count(),
+            0,
+            "no relearning while the load keeps rounds plain"
+        );
+    }
+
+    #[test]
+    fn drafts_that_queue_on_one_drafter_count_once_per_step() {
+        let governor = SpeculationGovernor::new(1, 5);
+        let drafting: Vec<_> = (0..3).map(|_| governor.drafting()).collect();
+        assert_eq!(drafting.last().map(|d| d.concurrent), Some(3));
+        drop(drafting);
+        assert_eq!(governor.drafting().concurrent, 1);
+        // Three calls queued: 90 ms for 1 step is 30 ms of the drafter's own.
+        governor.record(&GovernedRound {
+            draft: Some((1, ms(90.0), 3)),
+            forward: None,
+            drafted: 1,
+            accepted: 1,
+        });
+        let step = governor.lock().rounds.draft_step();
+        assert!(step.is_some_and(|s| (s - 0.030).abs() < 1e-9), "{step:?}");
+    }
+}
