@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use super::forward_curve::along;
+
 /// Largest block size (and draft position) with its own estimate; larger ones reuse the
 /// estimates at this size, which keeps memory bounded whatever a request asks for.
 pub const MAX_TRACKED_BLOCK: usize = 64;
@@ -106,25 +108,7 @@ impl CostEstimates {
         let points: Vec<(usize, f64)> = (1..=self.verify.len())
             .filter_map(|size| self.measured_verify(size).map(|v| (size, v)))
             .collect();
-        let below = points.iter().rev().find(|&&(size, _)| size <= block);
-        let above = points.iter().find(|&&(size, _)| size >= block);
-        let estimate = match (below, above) {
-            (None, None) => return None,
-            (Some(&(size, value)), _) if size == block => value,
-            (Some(&(low, low_value)), Some(&(high, high_value))) => {
-                let t = (block - low) as f64 / (high - low) as f64;
-                low_value + t * (high_value - low_value)
-            }
-            (None, Some(&(_, value))) => value,
-            (Some(&(last, last_value)), None) => match points.len().checked_sub(2) {
-                Some(i) => {
-                    let (prev, prev_value) = points[i];
-                    let slope = ((last_value - prev_value) / (last - prev) as f64).max(0.0);
-                    last_value + slope * (block - last) as f64
-                }
-                None => last_value,
-            },
-        };
+        let estimate = along(&points, block)?;
         let floor = self.measured_verify(1).unwrap_or(0.0);
         Some(estimate.max(floor))
     }

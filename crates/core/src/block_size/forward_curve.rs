@@ -35,26 +35,34 @@ impl ForwardCurve {
     /// downward); a size below every measured one gets the smallest's cost. `None` before
     /// any forward was measured.
     pub fn seconds(&self, tokens: usize) -> Option<f64> {
-        let tokens = tokens.max(1);
-        let below = self.points.range(..=tokens).next_back();
-        let above = self.points.range(tokens..).next();
-        Some(match (below, above) {
-            (None, None) => return None,
-            (Some((&size, &value)), _) if size == tokens => value,
-            (Some((&low, &low_value)), Some((&high, &high_value))) => {
-                let t = (tokens - low) as f64 / (high - low) as f64;
-                low_value + t * (high_value - low_value)
-            }
-            (None, Some((_, &value))) => value,
-            (Some((&last, &last_value)), None) => match self.points.range(..last).next_back() {
-                Some((&prev, &prev_value)) => {
-                    let slope = ((last_value - prev_value) / (last - prev) as f64).max(0.0);
-                    last_value + slope * (tokens - last) as f64
-                }
-                None => last_value,
-            },
-        })
+        let points: Vec<(usize, f64)> = self.points.iter().map(|(&k, &v)| (k, v)).collect();
+        along(&points, tokens.max(1))
     }
+}
+
+/// The value at `at` of a curve known at `points` (sizes ascending): the point itself, else
+/// interpolated between the nearest two, else extrapolated along the slope of the two
+/// largest (never downward); below every point, the smallest's value. `None` without points.
+pub(super) fn along(points: &[(usize, f64)], at: usize) -> Option<f64> {
+    let below = points.iter().rev().find(|&&(size, _)| size <= at);
+    let above = points.iter().find(|&&(size, _)| size >= at);
+    Some(match (below, above) {
+        (None, None) => return None,
+        (Some(&(size, value)), _) if size == at => value,
+        (Some(&(low, low_value)), Some(&(high, high_value))) => {
+            let t = (at - low) as f64 / (high - low) as f64;
+            low_value + t * (high_value - low_value)
+        }
+        (None, Some(&(_, value))) => value,
+        (Some(&(last, last_value)), None) => match points.len().checked_sub(2) {
+            Some(i) => {
+                let (prev, prev_value) = points[i];
+                let slope = ((last_value - prev_value) / (last - prev) as f64).max(0.0);
+                last_value + slope * (at - last) as f64
+            }
+            None => last_value,
+        },
+    })
 }
 
 #[cfg(test)]

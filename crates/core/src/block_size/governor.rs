@@ -183,7 +183,9 @@ impl SpeculationGovernor {
         let (Some(saving), Some(open)) = (saving, open) else {
             return true;
         };
-        if max_new_tokens as f64 * saving > open * prompt_len as f64 {
+        let (saved, cost) = (max_new_tokens as f64 * saving, open * prompt_len as f64);
+        tracing::debug!(active, saved, cost, "judging a drafter session");
+        if saved > cost {
             return true;
         }
         if self.cap() == Some(1) {
