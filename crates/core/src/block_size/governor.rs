@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::cost_estimates::CostEstimates;
+use super::cost_estimates::{CostEstimates, MAX_TRACKED_BLOCK};
 use super::forward_curve::ForwardCurve;
 use crate::verifier::ForwardCost;
 
@@ -40,6 +40,8 @@ pub struct GovernedRound {
     pub draft: Option<(usize, Duration, usize)>,
     /// The forward the round's verify ran in, when the verifier reported it.
     pub forward: Option<ForwardCost>,
+    /// Wall time of the verify call, as the request saw it.
+    pub verify_time: Duration,
     /// Drafts verified.
     pub drafted: usize,
     /// Drafts accepted.
@@ -64,11 +66,57 @@ pub struct SpeculationGovernor {
 #[derive(Debug, Default)]
 struct Estimates {
     forward: ForwardCurve,
-    /// Draft step and acceptance by position, pooled over requests (its verify table is
-    /// unused: forwards are shared, see `forward`).
+    /// Draft step, and whole verify calls of requests alone in their forward, pooled over
+    /// requests.
     rounds: CostEstimates,
     /// Seconds per prompt token of opening a drafter session (its own prefill).
     open_per_token: Option<f64>,
+    acceptance: PooledAcceptance,
+}
+
+/// Acceptance by draft position over recent rounds of every request, as decayed counts.
+/// Read with one accepted and one rejected draft added (Laplace's rule), so that a few
+/// lucky rounds at startup do not promise what a drafter rarely delivers.
+#[derive(Debug, Default)]
+struct PooledAcceptance {
+    /// `(accepted, observed)` of position `i + 1`.
+    counts: Vec<(f64, f64)>,
+}
+
+/// How much older rounds still count at each new one (about the last 100 rounds matter).
+const ACCEPTANCE_DECAY: f64 = 0.99;
+
+impl PooledAcceptance {
+    fn record(&mut self, drafted: usize, accepted: usize) {
+        let observed = drafted.min(accepted + 1).min(MAX_TRACKED_BLOCK);
+        if self.counts.len() < observed {
+            self.counts.resize(observed, (0.0, 0.0));
+        }
+        for (index, (hits, trials)) in self.counts.iter_mut().enumerate() {
+            *hits *= ACCEPTANCE_DECAY;
+            *trials *= ACCEPTANCE_DECAY;
+            if index < observed {
+                *trials += 1.0;
+                if index < accepted {
+                    *hits += 1.0;
+                }
+            }
+        }
+    }
+
+    /// Expected tokens a round of `block` emits; `None` before any speculative round.
+    fn expected_emitted(&self, block: usize) -> Option<f64> {
+        if self.counts.is_empty() {
+            return None;
+        }
+        let (mut expected, mut reach) = (1.0, 1.0);
+        for position in 1..block.min(MAX_TRACKED_BLOCK + 1) {
+            let (hits, trials) = self.counts.get(position - 1).copied().unwrap_or_default();
+            reach *= (hits + 1.0) / (trials + 2.0);
+            expected += reach;
+        }
+        Some(expected)
+    }
 }
 
 /// A draft call in progress; counts as drafting until dropped.
@@ -136,6 +184,15 @@ impl SpeculationGovernor {
             estimates
                 .forward
                 .record(forward.tokens, forward.time, GOVERNOR_WEIGHT);
+            if forward.rows == 1 {
+                // A request alone in its forward: what a round costs one request end to
+                // end, which the forward alone does not tell.
+                estimates.rounds.record_verify(
+                    round.drafted + 1,
+                    round.verify_time,
+                    GOVERNOR_WEIGHT,
+                );
+            }
         }
         if let Some((steps, time, concurrent)) = round.draft.filter(|d| d.0 > 0) {
             // A call that queued behind others' drafts measured their steps too.
@@ -145,11 +202,9 @@ impl SpeculationGovernor {
                 .record_draft(steps, time / queued.max(1), GOVERNOR_WEIGHT);
         }
         if round.drafted > 0 {
-            estimates.rounds.record_acceptance(
-                round.drafted,
-                round.accepted.min(round.drafted),
-                GOVERNOR_WEIGHT,
-            );
+            estimates
+                .acceptance
+                .record(round.drafted, round.accepted.min(round.drafted));
         }
         self.decide(&estimates);
     }
@@ -169,9 +224,8 @@ impl SpeculationGovernor {
 
     /// Whether a new request of `prompt_len` prompt tokens and up to `max_new_tokens` new
     /// ones should open a drafter session: what speculation would save over its tokens at
-    /// the current load against what opening costs. Yes while a cost is unknown, and, unless
-    /// the load keeps every request plain, for one request in [`RELEARN_EVERY`] of those
-    /// declined.
+    /// the current load against what opening costs. Yes while a cost is unknown, and, for a
+    /// request running alone, for one in [`RELEARN_EVERY`] of those declined.
     pub fn worth_opening(&self, prompt_len: usize, max_new_tokens: usize) -> bool {
         let active = self.active.load(Ordering::Relaxed).max(1);
         let queue = self.queue_length(active);
@@ -188,8 +242,8 @@ impl SpeculationGovernor {
         if saved > cost {
             return true;
         }
-        if self.cap() == Some(1) {
-            // Under load no round would draft: a session would only cost its prefill.
+        if active > 1 {
+            // Under load a relearning session costs every request sharing the forward.
             return false;
         }
         self.declined.fetch_add(1, Ordering::Relaxed) % RELEARN_EVERY == RELEARN_EVERY - 1
@@ -224,13 +278,30 @@ impl SpeculationGovernor {
 }
 
 /// Seconds per token speculation at its best size saves over plain decoding for `active`
-/// requests together (negative when it costs more); `None` while a cost is unknown.
+/// requests together (negative when it costs more); `None` while a cost is unknown. A
+/// request alone is judged on whole rounds of requests that were alone, when measured.
 fn per_token_saving(
     estimates: &Estimates,
     active: usize,
     queue: usize,
     max_block_size: usize,
 ) -> Option<f64> {
+    if active == 1 {
+        let rounds = &estimates.rounds;
+        let plain = rounds.verify(1).filter(|_| rounds.has_verify(1));
+        // Only sizes that ran: an interpolated one is no measurement.
+        let spec = (2..=max_block_size)
+            .filter(|&block| rounds.has_verify(block))
+            .filter_map(|block| {
+                let drafting = rounds.draft_step()? * (block - 1) as f64;
+                let emitted = estimates.acceptance.expected_emitted(block)?;
+                Some((drafting + rounds.verify(block)?) / emitted)
+            })
+            .min_by(f64::total_cmp);
+        if let (Some(plain), Some(spec)) = (plain, spec) {
+            return Some(plain - spec);
+        }
+    }
     let plain = estimates.forward.seconds(active)? / active as f64;
     let (_, spec) = cheapest_speculative(estimates, active, queue, max_block_size)?;
     Some(plain - spec)
@@ -250,7 +321,7 @@ fn cheapest_speculative(
     for block in 2..=max_block_size {
         let forward = estimates.forward.seconds(active.saturating_mul(block))?;
         let drafting = draft_step * (block - 1) as f64 * queue as f64;
-        let emitted = estimates.rounds.expected_emitted(block)?;
+        let emitted = estimates.acceptance.expected_emitted(block)?;
         let cost = (forward + drafting) / (n * emitted);
         if best.is_none_or(|(_, best_cost)| cost < best_cost) {
             best = Some((block, cost));
@@ -295,11 +366,12 @@ mod tests {
         draft_ms: f64,
         accepted: usize,
     ) {
-        for tokens in [1, 2, 4, 5, 8, 16, 20, 32, 64, 128, 256] {
+        // Forwards of two rows: what requests alone cost end to end stays unmeasured.
+        for tokens in [2, 4, 5, 8, 16, 20, 32, 64, 128, 256] {
             governor.record(&GovernedRound {
                 forward: Some(ForwardCost {
                     tokens,
-                    rows: 1,
+                    rows: 2,
                     time: ms(base + per_token * tokens as f64),
                 }),
                 ..GovernedRound::default()
@@ -309,6 +381,7 @@ mod tests {
             governor.record(&GovernedRound {
                 draft: Some((4, ms(draft_ms * 4.0), 1)),
                 forward: None,
+                verify_time: Duration::ZERO,
                 drafted: 4,
                 accepted,
             });
@@ -402,6 +475,58 @@ mod tests {
     }
 
     #[test]
+    fn a_request_alone_is_judged_on_whole_rounds_of_requests_alone() {
+        // The forwards say speculation saves 64 ms a token...
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 90.0, 10.0, 10.0, 4);
+        governor.set_active(1);
+        governor.record_open(10, ms(100.0));
+        assert!(governor.worth_opening(10, 64));
+        // ...but whole rounds of requests alone, acceptance on the logits and the round
+        // trip included, cost 100 ms plain and 600 ms for a block of 5.
+        for (block, wall) in [(1, 100.0), (5, 600.0)] {
+            for _ in 0..50 {
+                governor.record(&GovernedRound {
+                    forward: Some(ForwardCost {
+                        tokens: block,
+                        rows: 1,
+                        time: ms(90.0 + 10.0 * block as f64),
+                    }),
+                    verify_time: ms(wall),
+                    draft: None,
+                    drafted: block - 1,
+                    accepted: block - 1,
+                });
+            }
+        }
+        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(10, 64));
+        assert_eq!(
+            opened.count(),
+            1,
+            "declined, but for one relearning request"
+        );
+    }
+
+    #[test]
+    fn a_few_lucky_rounds_promise_little_and_many_promise_what_they_showed() {
+        let mut acceptance = PooledAcceptance::default();
+        assert_eq!(acceptance.expected_emitted(4), None);
+        acceptance.record(3, 3);
+        let lucky = acceptance.expected_emitted(4).unwrap_or(0.0);
+        assert!(lucky < 2.5, "one round of 3 accepted drafts: {lucky}");
+        for _ in 0..500 {
+            acceptance.record(3, 3);
+        }
+        let steady = acceptance.expected_emitted(4).unwrap_or(0.0);
+        assert!(steady > 3.9, "{steady}");
+        for _ in 0..500 {
+            acceptance.record(3, 0);
+        }
+        let fallen = acceptance.expected_emitted(4).unwrap_or(0.0);
+        assert!(fallen < 1.05, "recent rounds count most: {fallen}");
+    }
+
+    #[test]
     fn drafts_that_queue_on_one_drafter_count_once_per_step() {
         let governor = SpeculationGovernor::new(1, 5);
         let drafting: Vec<_> = (0..3).map(|_| governor.drafting()).collect();
@@ -412,6 +537,7 @@ mod tests {
         governor.record(&GovernedRound {
             draft: Some((1, ms(90.0), 3)),
             forward: None,
+            verify_time: Duration::ZERO,
             drafted: 1,
             accepted: 1,
         });

@@ -299,10 +299,11 @@ where
         };
         let verify_start = self.clock.now();
         let verified = self.verify(&drafts, budget).await?;
+        let verify_time = self.clock.now().saturating_duration_since(verify_start);
         self.controller.observe(&RoundMeasurement {
             draft: draft_measurement,
             verified: drafts.len() + 1,
-            verify_time: self.clock.now().saturating_duration_since(verify_start),
+            verify_time,
             accepted: verified.accepted,
         });
         if let Some(governor) = control.governor() {
@@ -311,6 +312,7 @@ where
                     .filter(|d| !d.catch_up)
                     .map(|d| (d.steps, d.time, drafting_alongside)),
                 forward: verified.forward,
+                verify_time,
                 drafted: drafts.len(),
                 accepted: verified.accepted,
             });

@@ -218,11 +218,11 @@ async fn a_load_cap_bounds_cost_aware_blocks() {
 /// as a third of a step) and one drafter: under load, plain rows batch better.
 fn loaded_governor() -> Arc<SpeculationGovernor> {
     let governor = Arc::new(SpeculationGovernor::new(1, CONFIG.requested));
-    for tokens in [1, 2, 4, 8, 16, 32] {
+    for tokens in [2, 4, 8, 16, 32] {
         governor.record(&GovernedRound {
             forward: Some(ForwardCost {
                 tokens,
-                rows: 1,
+                rows: 2,
                 time: Duration::from_millis(60 + 30 * tokens as u64),
             }),
             ..GovernedRound::default()
@@ -232,6 +232,7 @@ fn loaded_governor() -> Arc<SpeculationGovernor> {
         governor.record(&GovernedRound {
             draft: Some((3, Duration::from_millis(90), 1)),
             forward: None,
+            verify_time: Duration::ZERO,
             drafted: 3,
             accepted: 2,
         });
