@@ -557,6 +557,9 @@ async fn one_request_is_one_trace_and_metrics_match_the_stats() {
     );
     assert!(routed.contains("specd_active_requests"), "{routed}");
     assert_eq!(sample_sum(&routed, "specd_active_requests", &[]), 0.0);
+    // Fixed block sizes, one request at a time: the governor never capped.
+    assert!(routed.contains("specd_speculation_cap"), "{routed}");
+    assert_eq!(sample_sum(&routed, "specd_speculation_cap", &[]), 0.0);
 
     let verified = verifier.scrape();
     assert_eq!(

@@ -20,6 +20,7 @@ pub const DRAFTER_SESSIONS: &str = "specd_drafter_sessions";
 pub const KV_BYTES: &str = "specd_kv_bytes";
 pub const FALLBACKS: &str = "specd_fallbacks_total";
 pub const SPECULATION_SWITCHES: &str = "specd_speculation_switches_total";
+pub const SPECULATION_CAP: &str = "specd_speculation_cap";
 pub const WIRE_BYTES: &str = "specd_wire_bytes_total";
 
 /// Upper bounds of the latency histograms, 0.5 ms to 30 s.
@@ -80,6 +81,10 @@ pub(crate) const HELP: &[(&str, &str)] = &[
     (
         SPECULATION_SWITCHES,
         "Speculation switched on or off by the policy.",
+    ),
+    (
+        SPECULATION_CAP,
+        "Block-size cap of the speculation governor (1: speculation off, 0: no cap).",
     ),
     (
         WIRE_BYTES,

@@ -25,6 +25,10 @@ use crate::verifier::ForwardCost;
 
 /// Weight of one sample in the shared estimates: many requests feed them.
 pub const GOVERNOR_WEIGHT: f64 = 0.1;
+/// Gauge of the cap every adaptive request follows (0: none), as the telemetry contract
+/// names it.
+const SPECULATION_CAP: &str = "specd_speculation_cap";
+
 /// One request in this many that the estimates say not to speculate speculates anyway, so
 /// that the estimates follow a drafter, or prompts, that got better.
 pub const RELEARN_EVERY: u64 = 8;
@@ -137,6 +141,7 @@ impl SpeculationGovernor {
     /// in parallel (0: drafting shares nothing, as prompt lookup) and verify at most
     /// `max_block_size` tokens per round.
     pub fn new(drafter_parallelism: usize, max_block_size: usize) -> Self {
+        metrics::gauge!(SPECULATION_CAP).set(0.0);
         Self {
             drafter_parallelism: AtomicUsize::new(drafter_parallelism),
             max_block_size: max_block_size.max(1),
@@ -272,8 +277,10 @@ impl SpeculationGovernor {
             self.max_block_size,
         );
         let cap = cap.filter(|&c| c < self.max_block_size);
-        self.cap
-            .store(cap.map_or(0, |c| c.saturating_add(1)), Ordering::Relaxed);
+        let encoded = cap.map_or(0, |c| c.saturating_add(1));
+        if self.cap.swap(encoded, Ordering::Relaxed) != encoded {
+            metrics::gauge!(SPECULATION_CAP).set(cap.unwrap_or(0) as f64);
+        }
     }
 }
 
