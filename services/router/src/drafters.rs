@@ -213,6 +213,14 @@ impl DrafterPool {
         *endpoint.info.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// How many drafters the pool holds now.
+    pub fn size(&self) -> usize {
+        self.endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// The URLs in the pool now, in order.
     pub fn urls(&self) -> Vec<String> {
         self.endpoints().iter().map(|e| e.url.clone()).collect()

@@ -52,7 +52,7 @@ impl RouterState {
     ) -> Self {
         let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
         let drafter_parallelism = match &drafters {
-            Drafters::Remote(pool) => pool.urls().len(),
+            Drafters::Remote(pool) => pool.size(),
             Drafters::None | Drafters::Ngram(_) => 0,
         };
         let admission = Arc::new(Admission::new(
@@ -169,7 +169,7 @@ impl RouterState {
     async fn pick_drafter(&self, pool: &DrafterPool) -> Option<Lease> {
         self.admission
             .governor()
-            .set_drafter_parallelism(pool.urls().len());
+            .set_drafter_parallelism(pool.size());
         pool.pick(None, &[]).await
     }
 

@@ -16,10 +16,10 @@ pub const MAX_SAMPLE: Duration = Duration::from_secs(60);
 
 /// One exponentially weighted moving average; empty until its first sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Ewma(Option<f64>);
+pub(super) struct Ewma(pub(super) Option<f64>);
 
 impl Ewma {
-    fn update(&mut self, sample: f64, weight: f64) {
+    pub(super) fn update(&mut self, sample: f64, weight: f64) {
         self.0 = Some(match self.0 {
             None => sample,
             Some(value) => value + weight * (sample - value),
@@ -27,7 +27,8 @@ impl Ewma {
     }
 }
 
-fn seconds(time: Duration) -> f64 {
+/// `time` in seconds, clamped to [`MAX_SAMPLE`].
+pub(super) fn seconds(time: Duration) -> f64 {
     time.min(MAX_SAMPLE).as_secs_f64()
 }
 

@@ -1,8 +1,9 @@
 //! What one target forward costs as a function of the tokens in it (all rows together),
 //! learned from the forwards the verifier reports.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
+
+use super::cost_estimates::seconds;
 
 /// Largest forward size with its own estimate; larger forwards count at this size, which
 /// keeps the table bounded whatever the load.
@@ -11,8 +12,8 @@ pub const MAX_TRACKED_TOKENS: usize = 1024;
 /// Running estimate of seconds per forward, by tokens in the forward.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ForwardCurve {
-    /// Tokens → exponentially weighted mean seconds.
-    points: BTreeMap<usize, f64>,
+    /// `(tokens, mean seconds)`, ascending by tokens; only measured sizes.
+    points: Vec<(usize, f64)>,
 }
 
 impl ForwardCurve {
@@ -23,11 +24,14 @@ impl ForwardCurve {
             return;
         }
         let tokens = tokens.min(MAX_TRACKED_TOKENS);
-        let sample = time.min(Duration::from_secs(60)).as_secs_f64();
-        self.points
-            .entry(tokens)
-            .and_modify(|value| *value += weight * (sample - *value))
-            .or_insert(sample);
+        let sample = seconds(time);
+        match self.points.binary_search_by_key(&tokens, |&(size, _)| size) {
+            Ok(at) => {
+                let mean = &mut self.points[at].1;
+                *mean += weight * (sample - *mean);
+            }
+            Err(at) => self.points.insert(at, (tokens, sample)),
+        }
     }
 
     /// Seconds of a forward of `tokens` tokens: measured, else interpolated between the
@@ -35,8 +39,7 @@ impl ForwardCurve {
     /// downward); a size below every measured one gets the smallest's cost. `None` before
     /// any forward was measured.
     pub fn seconds(&self, tokens: usize) -> Option<f64> {
-        let points: Vec<(usize, f64)> = self.points.iter().map(|(&k, &v)| (k, v)).collect();
-        along(&points, tokens.max(1))
+        along(&self.points, tokens.max(1))
     }
 }
 
@@ -111,7 +114,7 @@ mod tests {
         curve.record(2, ms(200), 0.5);
         assert!(close(curve.seconds(2), 0.150));
         curve.record(100_000, ms(1000), 1.0);
-        assert!(curve.points.keys().all(|&k| k <= MAX_TRACKED_TOKENS));
+        assert!(curve.points.iter().all(|&(k, _)| k <= MAX_TRACKED_TOKENS));
         curve.record(0, ms(5), 1.0);
         assert_eq!(curve.points.len(), 2);
     }

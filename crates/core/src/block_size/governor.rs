@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::cost_estimates::{CostEstimates, MAX_TRACKED_BLOCK};
+use super::cost_estimates::{seconds, CostEstimates, Ewma, MAX_TRACKED_BLOCK};
 use super::forward_curve::ForwardCurve;
 use crate::verifier::ForwardCost;
 
@@ -74,7 +74,7 @@ struct Estimates {
     /// requests.
     rounds: CostEstimates,
     /// Seconds per prompt token of opening a drafter session (its own prefill).
-    open_per_token: Option<f64>,
+    open_per_token: Ewma,
     acceptance: PooledAcceptance,
 }
 
@@ -219,12 +219,8 @@ impl SpeculationGovernor {
         if prompt_len == 0 {
             return;
         }
-        let sample = time.min(Duration::from_secs(60)).as_secs_f64() / prompt_len as f64;
-        let mut estimates = self.lock();
-        estimates.open_per_token = Some(match estimates.open_per_token {
-            None => sample,
-            Some(value) => value + GOVERNOR_WEIGHT * (sample - value),
-        });
+        let sample = seconds(time) / prompt_len as f64;
+        self.lock().open_per_token.update(sample, GOVERNOR_WEIGHT);
     }
 
     /// Whether a new request of `prompt_len` prompt tokens and up to `max_new_tokens` new
@@ -237,7 +233,7 @@ impl SpeculationGovernor {
         let (saving, open) = {
             let estimates = self.lock();
             let saving = per_token_saving(&estimates, active, queue, self.max_block_size);
-            (saving, estimates.open_per_token)
+            (saving, estimates.open_per_token.0)
         };
         let (Some(saving), Some(open)) = (saving, open) else {
             return true;

@@ -110,25 +110,7 @@ impl<T: TargetModel> EmbeddedSuite<T> {
         into: &mut ModeResult,
     ) -> Result<()> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let request = GenerationRequest {
-            seq: SeqId(id),
-            session: SessionId(id),
-            prompt_ids: prompt_ids.to_vec(),
-            sampling: SamplingParams {
-                temperature: 0.0,
-                top_p: 1.0,
-                top_k: 0,
-                seed: 0,
-            },
-            stop: StopConditions {
-                max_tokens,
-                eos_token_ids: eos.to_vec(),
-                ignore_eos: true,
-                stop_token_ids: Vec::new(),
-                stop_strings: Vec::new(),
-            },
-            block_size: block,
-        };
+        let request = greedy_request(id, prompt_ids.to_vec(), max_tokens, eos.to_vec(), block);
         self.clock.take();
         let start = Instant::now();
         let sample = match (&self.drafter, block.is_speculative()) {
@@ -170,5 +152,35 @@ impl<T: TargetModel> EmbeddedSuite<T> {
             drafted_at_position: stats.drafted_at_position,
             accepted_at_position: stats.accepted_at_position,
         })
+    }
+}
+
+/// Greedy decoding of exactly `max_tokens` tokens (end-of-sequence ignored), as every
+/// benchmark generation runs.
+pub(super) fn greedy_request(
+    id: u64,
+    prompt_ids: Vec<u32>,
+    max_tokens: usize,
+    eos_token_ids: Vec<u32>,
+    block_size: BlockSizeConfig,
+) -> GenerationRequest {
+    GenerationRequest {
+        seq: SeqId(id),
+        session: SessionId(id),
+        prompt_ids,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        },
+        stop: StopConditions {
+            max_tokens,
+            eos_token_ids,
+            ignore_eos: true,
+            stop_token_ids: Vec::new(),
+            stop_strings: Vec::new(),
+        },
+        block_size,
     }
 }

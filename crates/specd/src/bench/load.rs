@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
-    load_block_cap, BlockSizeConfig, Drafter, Event, EventSink, GenerationRequest, RequestControl,
-    RoundLoop, SamplingParams, SeqId, SessionId, SpeculationGovernor, StopConditions,
+    load_block_cap, BlockSizeConfig, Drafter, Event, EventSink, RequestControl, RoundLoop,
+    SpeculationGovernor,
 };
 use specd_core::{NgramConfig, NgramDrafter};
 use specd_drafter::{DraftModelEngine, MtpEngine};
@@ -19,14 +19,11 @@ use specd_router::DraftSource;
 use specd_verifier::{
     BatchConfig, BatchVerifier, LocalVerifier, TargetCarry, TargetModel, VerifierLimits,
 };
-use specd_wire::generation::{
-    generate_request, GenerateRequest, GenerationClient, SamplingParams as WireSampling,
-    SpeculativeParams, TokenIds,
-};
+use specd_wire::generation::{GenerationClient, SpeculativeParams};
 
-use super::embedded::EmbeddedDrafter;
+use super::embedded::{greedy_request, EmbeddedDrafter};
 use super::prompts::{self, Prompt};
-use super::{servers, BenchArgs};
+use super::{servers, split, BenchArgs};
 use crate::embedded_drafter::EmbeddedDrafter as InProcess;
 use crate::text::NoText;
 
@@ -217,25 +214,8 @@ where
             governor.set_active(in_flight.fetch_add(1, Ordering::Relaxed) + 1);
             let _leaving = Leaving(&governor, &in_flight);
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            let request = GenerationRequest {
-                seq: SeqId(id),
-                session: SessionId(id),
-                prompt_ids,
-                sampling: SamplingParams {
-                    temperature: 0.0,
-                    top_p: 1.0,
-                    top_k: 0,
-                    seed: 0,
-                },
-                stop: StopConditions {
-                    max_tokens,
-                    eos_token_ids: eos,
-                    ignore_eos: true,
-                    stop_token_ids: Vec::new(),
-                    stop_strings: Vec::new(),
-                },
-                block_size: block_config(speculative),
-            };
+            let request =
+                greedy_request(id, prompt_ids, max_tokens, eos, block_config(speculative));
             let control = RequestControl::governed(governor.clone());
             control.set_block_cap(cap);
             let mut sink = Tokens::default();
@@ -282,22 +262,11 @@ pub async fn split(
     let (wall, done) = drive(concurrency, prompts, move |_, ids| {
         let mut client = client.clone();
         async move {
-            let request = GenerateRequest {
-                input: Some(generate_request::Input::PromptIds(TokenIds { ids })),
-                max_tokens: Some(max_tokens),
-                ignore_eos: true,
-                sampling: Some(WireSampling {
-                    temperature: Some(0.0),
-                    top_p: Some(1.0),
-                    top_k: Some(0),
-                    seed: Some(0),
-                }),
-                speculative: Some(SpeculativeParams {
-                    block_size: None,
-                    disabled: !speculative,
-                }),
-                ..GenerateRequest::default()
+            let speculative = SpeculativeParams {
+                block_size: None,
+                disabled: !speculative,
             };
+            let request = split::greedy_request(ids, max_tokens, speculative);
             let mut stream = client
                 .generate_stream(request)
                 .await

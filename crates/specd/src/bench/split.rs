@@ -10,6 +10,28 @@ use specd_wire::generation::{
 
 use super::report::RunSample;
 
+/// Greedy decoding of exactly `max_tokens` tokens (end-of-sequence ignored) through the
+/// public API, with the speculation of `speculative`.
+pub(super) fn greedy_request(
+    ids: Vec<u32>,
+    max_tokens: u32,
+    speculative: SpeculativeParams,
+) -> GenerateRequest {
+    GenerateRequest {
+        input: Some(generate_request::Input::PromptIds(TokenIds { ids })),
+        max_tokens: Some(max_tokens),
+        ignore_eos: true,
+        stop: Vec::new(),
+        sampling: Some(SamplingParams {
+            temperature: Some(0.0),
+            top_p: Some(1.0),
+            top_k: Some(0),
+            seed: Some(0),
+        }),
+        speculative: Some(speculative),
+    }
+}
+
 /// One streamed generation and the gaps between its token chunks.
 pub struct ClientRun {
     pub sample: RunSample,
@@ -26,24 +48,12 @@ pub async fn generate(
     let mut client = GenerationClient::connect(router_url.to_owned())
         .await
         .context("connecting to the benchmark router")?;
-    let request = GenerateRequest {
-        input: Some(generate_request::Input::PromptIds(TokenIds {
-            ids: prompt_ids.to_vec(),
-        })),
-        max_tokens: Some(u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?),
-        ignore_eos: true,
-        stop: Vec::new(),
-        sampling: Some(SamplingParams {
-            temperature: Some(0.0),
-            top_p: Some(1.0),
-            top_k: Some(0),
-            seed: Some(0),
-        }),
-        speculative: Some(SpeculativeParams {
-            block_size: block_size.map(|b| b as u32),
-            disabled: block_size.is_none(),
-        }),
+    let max_tokens = u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?;
+    let speculative = SpeculativeParams {
+        block_size: block_size.map(|b| b as u32),
+        disabled: block_size.is_none(),
     };
+    let request = greedy_request(prompt_ids.to_vec(), max_tokens, speculative);
     let start = Instant::now();
     let mut stream = client
         .generate_stream(request)
