@@ -3,11 +3,8 @@
 //! speculative speed-up. Run with `cargo bench -p specd-models --bench qwen2_pair`.
 //!
 //! Each figure is a median of several runs, as wall-clock time and, on Linux, as CPU time of
-//! the calling thread. On a shared machine the wall-clock figures of candle's spinning worker
-//! pool swing widely with other load; with `CANDLE_NUM_THREADS=1` all work runs on the calling
-//! thread and its CPU time measures the compute alone.
-//! `SPECD_BENCH_ABLATIONS=1` also times the target without row-exact matmuls, and the drafter
-//! with them and without requantization.
+//! the calling thread (the compute pool's other threads are not counted in it).
+//! `SPECD_BENCH_CANDLE=1` also times both models on candle's kernels (`Backend::Candle`).
 
 #[path = "../tests/qwen2_support/mod.rs"]
 mod qwen2_support;
@@ -16,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use specd_models::qwen2::{
-    ChatMessage, ChatTemplate, GgufFile, KvCache, LoadOptions, Qwen2Model, Qwen2Tokenizer,
+    Backend, ChatMessage, ChatTemplate, GgufFile, KvCache, LoadOptions, Qwen2Model, Qwen2Tokenizer,
 };
 
 const REPEATS: usize = 9;
@@ -131,9 +128,9 @@ fn main() {
     let Some((target_path, drafter_path)) = qwen2_support::real_pair("qwen2_pair bench") else {
         return;
     };
-    let threads = candle_core::utils::get_num_threads();
-    let pool = candle_core::utils::barrier_pool().n_workers() + 1;
-    println!("Qwen2.5-Coder pair on CPU ({threads} cores, {pool} candle threads), median of {REPEATS} runs");
+    let threads = specd_models::cpu::ThreadPool::global().threads();
+    let kernels = specd_models::cpu::Isa::active().name();
+    println!("Qwen2.5-Coder pair on CPU ({threads} threads, {kernels} kernels), median of {REPEATS} runs");
 
     let gguf = GgufFile::open(&target_path).unwrap();
     let tokenizer = Qwen2Tokenizer::from_gguf_metadata(gguf.metadata()).unwrap();
@@ -145,9 +142,8 @@ fn main() {
         .encode(&template.render(&messages, true).unwrap())
         .unwrap();
 
-    // The target is row-exact (lossless); the drafter takes the fastest kernels.
     let target = load(&target_path, &LoadOptions::default());
-    let drafter = load(&drafter_path, &LoadOptions::drafter());
+    let drafter = load(&drafter_path, &LoadOptions::default());
 
     let (mut target_cache, next) = prefill(&target, &prompt);
     let target_step = decode_step(&target, &mut target_cache, next);
@@ -178,43 +174,22 @@ fn main() {
         );
     }
 
-    if std::env::var("SPECD_BENCH_ABLATIONS").as_deref() == Ok("1") {
+    if std::env::var("SPECD_BENCH_CANDLE").as_deref() == Ok("1") {
         drop((target, drafter));
-        let plain = LoadOptions {
-            row_invariant_matmul: false,
-            ..LoadOptions::default()
+        let candle = LoadOptions {
+            backend: Backend::Candle,
+            warm_up: true,
         };
-        let target = load(&target_path, &plain);
-        let (mut cache, next) = prefill(&target, &prompt);
-        let step = decode_step(&target, &mut cache, next);
-        println!(
-            "target decode step without row-exact matmuls: {}",
-            step.show()
-        );
-        let verify = block(&target, &mut cache, 4);
-        println!(
-            "target verify of 4 tokens without row-exact matmuls: {}",
-            verify.show()
-        );
-        drop(target);
-        let exact = load(&drafter_path, &LoadOptions::default());
-        let (mut cache, next) = prefill(&exact, &prompt);
-        let step = decode_step(&exact, &mut cache, next);
-        println!(
-            "drafter decode step with row-exact matmuls: {}",
-            step.show()
-        );
-        drop(exact);
-        let slow = LoadOptions {
-            requantize_slow_formats: false,
-            ..LoadOptions::drafter()
-        };
-        let drafter = load(&drafter_path, &slow);
-        let (mut cache, next) = prefill(&drafter, &prompt);
-        let step = decode_step(&drafter, &mut cache, next);
-        println!(
-            "drafter decode step with Q5_0 kept (scalar kernel): {}",
-            step.show()
-        );
+        for (name, path) in [("target", &target_path), ("drafter", &drafter_path)] {
+            let model = load(path, &candle);
+            let (mut cache, next) = prefill(&model, &prompt);
+            let step = decode_step(&model, &mut cache, next);
+            println!("{name} decode step on candle's kernels: {}", step.show());
+            let verify = block(&model, &mut cache, 5);
+            println!(
+                "{name} verify of 5 tokens on candle's kernels: {}",
+                verify.show()
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use specd_models::qwen2::{KvCache, LoadOptions, Qwen2Model};
 use specd_wire::drafter::DrafterKind;
 
@@ -41,9 +41,8 @@ impl DraftModelEngine {
         device: &Device,
         max_draft_tokens: usize,
     ) -> Result<Self, EngineError> {
-        // Drafts never decide the output, so the drafter takes candle's fastest kernels.
         let model =
-            Qwen2Model::load_with(path, device, &LoadOptions::drafter()).map_err(internal)?;
+            Qwen2Model::load_with(path, device, &LoadOptions::default()).map_err(internal)?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -59,19 +58,11 @@ impl DraftModelEngine {
         &self.model
     }
 
+    /// The greedy token after `tokens` (on CPU the logits are never materialised).
     fn next_token(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32, EngineError> {
-        let hidden = self
-            .model
-            .forward_block_hidden(tokens, cache)
-            .map_err(internal)?;
-        let last = hidden.narrow(0, hidden.dims()[0] - 1, 1)?;
-        let logits = self.model.logits(&last).map_err(internal)?;
-        let best = logits
-            .squeeze(0)?
-            .to_dtype(DType::F32)?
-            .argmax(0)?
-            .to_scalar::<u32>()?;
-        Ok(best)
+        self.model
+            .forward_block_argmax(tokens, cache)
+            .map_err(internal)
     }
 }
 

@@ -1,65 +1,59 @@
 //! The per-sequence KV cache.
 //!
-//! Each layer keeps K and V as `[kv_heads, capacity, head_dim]` buffers that are written in
-//! place; only the first `len` positions are valid. Rolling back after a rejected draft is
-//! `truncate(len)`: the stale positions are simply overwritten by the next block. The buffers
-//! are mutated in place, so the cache is deliberately not `Clone`.
+//! K and V of every layer are kept as `[kv_heads, capacity, head_dim]` f32 buffers written
+//! in place (host memory for the CPU engine, device memory otherwise); only the first `len`
+//! positions are valid. Rolling back after a rejected draft is `truncate(len)`: the stale
+//! positions are simply overwritten by the next block. The buffers are mutated in place, so
+//! the cache is deliberately not `Clone`.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 
+use super::candle::DeviceKv;
 use super::error::{Qwen2Error, Result};
+use crate::cpu::KvBuffers;
 
 /// Positions allocated for a new cache before it first grows.
 const INITIAL_CAPACITY: usize = 256;
 
-pub(crate) struct LayerKv {
-    pub(crate) k: Tensor,
-    pub(crate) v: Tensor,
+pub(crate) enum KvStore {
+    Host(KvBuffers),
+    Device(DeviceKv),
 }
 
 pub struct KvCache {
-    layers: Vec<LayerKv>,
+    pub(crate) store: KvStore,
     len: usize,
     capacity: usize,
+    num_layers: usize,
     kv_heads: usize,
     head_dim: usize,
     max_len: usize,
-    device: Device,
 }
 
 impl KvCache {
+    /// A cache in host memory (`device` `None`, for the CPU engine) or on a candle device.
     pub(crate) fn new(
         num_layers: usize,
         kv_heads: usize,
         head_dim: usize,
         max_len: usize,
-        device: &Device,
+        device: Option<&Device>,
     ) -> Result<Self> {
         let capacity = INITIAL_CAPACITY.min(max_len);
-        let layers = (0..num_layers)
-            .map(|_| Self::alloc(kv_heads, capacity, head_dim, device))
-            .collect::<Result<Vec<_>>>()?;
+        let store = match device {
+            None => KvStore::Host(KvBuffers::new(num_layers, kv_heads, head_dim, capacity)),
+            Some(device) => KvStore::Device(DeviceKv::new(
+                num_layers, kv_heads, head_dim, capacity, device,
+            )?),
+        };
         Ok(Self {
-            layers,
+            store,
             len: 0,
             capacity,
+            num_layers,
             kv_heads,
             head_dim,
             max_len,
-            device: device.clone(),
-        })
-    }
-
-    fn alloc(
-        kv_heads: usize,
-        capacity: usize,
-        head_dim: usize,
-        device: &Device,
-    ) -> Result<LayerKv> {
-        let shape = (kv_heads, capacity, head_dim);
-        Ok(LayerKv {
-            k: Tensor::zeros(shape, DType::F32, device)?,
-            v: Tensor::zeros(shape, DType::F32, device)?,
         })
     }
 
@@ -79,11 +73,7 @@ impl KvCache {
 
     /// Bytes held by the K and V buffers (their capacity, not just the valid positions).
     pub fn allocated_bytes(&self) -> usize {
-        2 * self.layers.len()
-            * self.kv_heads
-            * self.capacity
-            * self.head_dim
-            * std::mem::size_of::<f32>()
+        2 * self.num_layers * self.kv_heads * self.capacity * self.head_dim * 4
     }
 
     /// Keeps the first `len` positions and forgets the rest (rollback after a rejection).
@@ -113,10 +103,10 @@ impl KvCache {
         device: &Device,
     ) -> Result<()> {
         let mismatch = |message: String| Err(Qwen2Error::CacheMismatch { row, message });
-        if self.layers.len() != num_layers {
+        if self.num_layers != num_layers {
             return mismatch(format!(
                 "{} layers, the model has {num_layers}",
-                self.layers.len()
+                self.num_layers
             ));
         }
         if self.kv_heads != kv_heads || self.head_dim != head_dim {
@@ -125,10 +115,13 @@ impl KvCache {
                 self.kv_heads, self.head_dim
             ));
         }
-        if !self.device.same_device(device) {
+        let same = match &self.store {
+            KvStore::Host(_) => device.is_cpu(),
+            KvStore::Device(kv) => kv.device().same_device(device),
+        };
+        if !same {
             return mismatch(format!(
-                "cache on {:?}, model on {:?}",
-                self.device.location(),
+                "cache and model are on different devices (model on {:?})",
                 device.location()
             ));
         }
@@ -141,32 +134,12 @@ impl KvCache {
             return Ok(());
         }
         let capacity = needed.max(self.capacity * 2).min(self.max_len.max(needed));
-        for layer in &mut self.layers {
-            let grown = Self::alloc(self.kv_heads, capacity, self.head_dim, &self.device)?;
-            if self.len > 0 {
-                grown
-                    .k
-                    .slice_set(&layer.k.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                grown
-                    .v
-                    .slice_set(&layer.v.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-            }
-            *layer = grown;
+        match &mut self.store {
+            KvStore::Host(kv) => kv.grow(capacity, self.len),
+            KvStore::Device(kv) => kv.grow(capacity, self.len)?,
         }
         self.capacity = capacity;
         Ok(())
-    }
-
-    /// Writes `k`, `v` `[n, kv_heads, head_dim]` at positions `at..at + n` of one layer.
-    pub(crate) fn write(&self, layer: usize, at: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let kv = &self.layers[layer];
-        kv.k.slice_set(&k.transpose(0, 1)?.contiguous()?, 1, at)?;
-        kv.v.slice_set(&v.transpose(0, 1)?.contiguous()?, 1, at)?;
-        Ok(())
-    }
-
-    pub(crate) fn layer(&self, layer: usize) -> &LayerKv {
-        &self.layers[layer]
     }
 
     /// Marks `n` more positions valid once every layer holds them.

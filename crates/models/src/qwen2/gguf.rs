@@ -1,5 +1,5 @@
-//! Reading tensors out of a GGUF file, with shape checks and the one-time requantization of
-//! formats that candle multiplies with scalar code on CPU.
+//! Reading tensors out of a GGUF file, with shape checks: copied into candle tensors, or
+//! borrowed from a read-only map of the file.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -11,11 +11,20 @@ use candle_core::{DType, Device, Tensor};
 
 use super::error::{Qwen2Error, Result};
 
-/// An open GGUF file: its parsed header and a reader for tensor data.
+/// An open GGUF file: its parsed header, a reader and a read-only map of the tensor data.
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
     reader: File,
+    map: memmap2::Mmap,
+}
+
+/// A tensor's bytes as stored in the file.
+pub struct RawTensor<'a> {
+    pub dtype: GgmlDType,
+    /// Candle order (outermost first).
+    pub dims: Vec<usize>,
+    pub bytes: &'a [u8],
 }
 
 impl GgufFile {
@@ -29,11 +38,50 @@ impl GgufFile {
             path: path.to_path_buf(),
             source,
         })?;
+        // SAFETY: the map is read-only; a GGUF file changing under a running process is
+        // outside what any loader can defend against (llama.cpp maps it the same way).
+        let map = unsafe { memmap2::Mmap::map(&reader) }.map_err(io_err)?;
         Ok(Self {
             path: path.to_path_buf(),
             content,
             reader,
+            map,
         })
+    }
+
+    /// A tensor's stored bytes, after checking its shape, without copying them.
+    pub fn raw(&self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>> {
+        let found = self.tensor_dims(name)?;
+        if found != expected {
+            return Err(Qwen2Error::TensorShape {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+                found,
+            });
+        }
+        let info = &self.content.tensor_infos[name];
+        let dtype = info.ggml_dtype;
+        let elems = info.shape.elem_count();
+        let bytes = elems / dtype.block_size() * dtype.type_size();
+        let start = usize::try_from(self.content.tensor_data_offset + info.offset).ok();
+        let range = start.and_then(|s| Some(s..s.checked_add(bytes)?));
+        match range {
+            Some(range) if range.end <= self.map.len() && elems % dtype.block_size() == 0 => {
+                Ok(RawTensor {
+                    dtype,
+                    dims: found,
+                    bytes: &self.map[range],
+                })
+            }
+            _ => Err(Qwen2Error::TensorLoad {
+                name: name.to_string(),
+                source: candle_core::Error::Msg(format!(
+                    "{bytes} bytes at offset {} run past the end of the file ({} bytes)",
+                    self.content.tensor_data_offset + info.offset,
+                    self.map.len()
+                )),
+            }),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -88,34 +136,4 @@ impl GgufFile {
                 source,
             })
     }
-}
-
-/// Formats whose CPU dot product in candle 0.11 is scalar code (no AVX2/NEON kernel).
-pub fn has_slow_cpu_kernel(dtype: GgmlDType) -> bool {
-    matches!(
-        dtype,
-        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1
-    )
-}
-
-/// Re-encodes a matmul weight as Q8_0 when it is stored in a format with a slow CPU kernel.
-/// Q8_0 has a vectorized kernel and keeps the values within a fraction of a quantization step.
-pub fn requantize_for_cpu(name: &str, tensor: QTensor, device: &Device) -> Result<QTensor> {
-    let from = tensor.dtype();
-    if !device.is_cpu() || !has_slow_cpu_kernel(from) {
-        return Ok(tensor);
-    }
-    let wrap = |source| Qwen2Error::Requantize {
-        name: name.to_string(),
-        from,
-        source,
-    };
-    let dense = tensor.dequantize(device).map_err(wrap)?;
-    let requantized = QTensor::quantize(&dense, GgmlDType::Q8_0).map_err(wrap)?;
-    tracing::debug!(
-        tensor = name,
-        ?from,
-        "requantized to Q8_0 for the CPU kernel"
-    );
-    Ok(requantized)
 }

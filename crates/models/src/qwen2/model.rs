@@ -1,58 +1,51 @@
 //! The quantized Qwen2 causal LM: GGUF loading and block / batched forward passes that return
 //! logits (or final hidden states) for every position.
+//!
+//! On CPU it runs on the crate's own engine (`engine`); on other devices on candle.
 
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::quantized::QTensor;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
-use super::attend::RowSpan;
-use super::cache::KvCache;
+use super::cache::{KvCache, KvStore};
+use super::candle::{CandleQwen2, CandleRow};
 use super::config::Qwen2Config;
+use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
-use super::gguf::{requantize_for_cpu, GgufFile};
-use super::layer::{DecoderLayer, LoadContext};
-use super::linear::{QLinear, RowModeProbe};
-use super::rope::RotaryEmbedding;
+use super::gguf::GgufFile;
 
-#[derive(Debug, Clone)]
+/// Which implementation runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The CPU engine on CPU, candle elsewhere.
+    #[default]
+    Auto,
+    /// candle's tensors and quantized matmuls, on any device (on CPU: a reference to compare
+    /// the engine with; its rows are not independent of the block they run in).
+    Candle,
+}
+
+#[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
-    /// On CPU, re-encode matmul weights stored as Q4_1/Q5_0/Q5_1/Q8_1 as Q8_0 (their candle CPU
-    /// kernels are scalar code, several times slower).
-    pub requantize_slow_formats: bool,
-    /// On CPU, make every matmul row-exact: dense weights use the fixed-order kernel, and each
-    /// quantized weight shape is probed so that single rows take the block kernel where the
-    /// two differ (see `linear`). A row's result then never depends on the rows beside it.
-    pub row_invariant_matmul: bool,
-    /// On CPU, use the fixed-order attention kernel instead of masked matmuls.
-    pub exact_cpu_attention: bool,
-    /// Run two tokens through the model at load time. candle repacks quantized weights for
-    /// its CPU kernels on first use (seconds for a 1.5B model); this moves that cost from the
-    /// first request into loading.
+    pub backend: Backend,
+    /// With candle: run two tokens through the model at load time, so that candle's
+    /// one-time weight repacking happens before the first request.
     pub warm_up: bool,
 }
 
-impl LoadOptions {
-    /// For a drafter: its proposals never decide the output, so its rows need not be
-    /// bit-identical across block shapes, and single-token steps may take the fastest kernel.
-    pub fn drafter() -> Self {
-        Self {
-            row_invariant_matmul: false,
-            ..Self::default()
-        }
-    }
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        Self {
-            requantize_slow_formats: true,
-            row_invariant_matmul: true,
-            exact_cpu_attention: true,
-            warm_up: true,
-        }
-    }
+/// What the CPU engine runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// The kernel set (`avx512-vnni`, `avx2`, `portable`).
+    pub kernels: &'static str,
+    pub threads: usize,
+    /// Weight bytes one decode step streams.
+    pub streamed_bytes: usize,
+    /// Weight bytes held in memory (the streamed ones and the token embedding).
+    pub resident_bytes: usize,
+    /// Matmul weights stored in a format without a native kernel, re-encoded at load.
+    pub reencoded_tensors: usize,
 }
 
 /// One sequence of a batched forward: its new tokens and its cache.
@@ -61,22 +54,21 @@ pub struct BlockRow<'a> {
     pub cache: &'a mut KvCache,
 }
 
-enum Embedding {
-    /// Rows are dequantized on lookup.
-    Quantized(QTensor),
-    /// Used when the row length is not a whole number of quantization blocks.
-    Dense(Tensor),
+enum Runner {
+    Engine(Engine),
+    Candle(CandleQwen2),
 }
 
 pub struct Qwen2Model {
     config: Qwen2Config,
-    embedding: Embedding,
-    layers: Vec<DecoderLayer>,
-    output_norm: Tensor,
-    lm_head: QLinear,
-    rope: RotaryEmbedding,
+    runner: Runner,
     device: Device,
-    exact_cpu_attention: bool,
+}
+
+/// Where one row's positions sit in the packed hidden states.
+struct RowSpan {
+    start: usize,
+    len: usize,
 }
 
 impl Qwen2Model {
@@ -100,62 +92,29 @@ impl Qwen2Model {
             });
         };
         let config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
-        let hidden = config.hidden_size;
-        let embed = gguf.qtensor("token_embd.weight", &[vocab_size, hidden], device)?;
-        let embedding = if hidden % embed.dtype().block_size() == 0 {
-            Embedding::Quantized(embed)
-        } else {
-            Embedding::Dense(embed.dequantize(device)?)
+        let runner = match options.backend {
+            Backend::Auto if device.is_cpu() => Runner::Engine(Engine::load(gguf, config.clone())?),
+            _ => Runner::Candle(CandleQwen2::load(gguf, &config, device)?),
         };
-
-        let mut ctx = LoadContext {
-            gguf,
-            device,
-            requantize: options.requantize_slow_formats,
-            probe: RowModeProbe::new(options.row_invariant_matmul),
-            requantized: 0,
-        };
-        let layers = (0..config.num_layers)
-            .map(|i| DecoderLayer::load(&mut ctx, i, &config))
-            .collect::<Result<Vec<_>>>()?;
-        let output_norm = ctx.norm("output_norm", hidden)?;
-        let lm_head = if ctx.gguf.has_tensor("output.weight") {
-            ctx.linear("output", vocab_size, hidden, false)?
-        } else {
-            // Tied head: the embedding matrix again, as a matmul weight of its own.
-            let name = "token_embd.weight";
-            let weight = ctx.gguf.qtensor(name, &[vocab_size, hidden], device)?;
-            let weight = match options.requantize_slow_formats {
-                true => requantize_for_cpu(name, weight, device)?,
-                false => weight,
-            };
-            QLinear::new(name, weight, None, &mut ctx.probe)?
-        };
-        let (path, requantized) = (ctx.gguf.path().to_path_buf(), ctx.requantized);
         let model = Self {
-            rope: RotaryEmbedding::new(config.head_dim, config.rope_theta),
             config,
-            embedding,
-            layers,
-            output_norm,
-            lm_head,
+            runner,
             device: device.clone(),
-            exact_cpu_attention: options.exact_cpu_attention,
         };
-        if options.warm_up {
-            // One block of two and one single token reach both the block and the single-row
-            // kernels.
+        if options.warm_up && matches!(model.runner, Runner::Candle(_)) {
             let mut cache = model.new_cache()?;
             model.forward_block(&[0, 0], &mut cache)?;
             model.forward_block(&[0], &mut cache)?;
         }
+        let info = model.engine_info();
         tracing::info!(
-            path = %path.display(),
+            path = %gguf.path().display(),
             layers = model.config.num_layers,
-            hidden,
-            warmed_up = options.warm_up,
+            hidden = model.config.hidden_size,
             vocab_size,
-            requantized_to_q8_0 = requantized,
+            kernels = info.as_ref().map_or("candle", |i| i.kernels),
+            threads = info.as_ref().map(|i| i.threads),
+            weight_bytes = info.as_ref().map(|i| i.resident_bytes),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "loaded Qwen2 GGUF"
         );
@@ -170,15 +129,33 @@ impl Qwen2Model {
         &self.device
     }
 
+    /// The CPU engine's kernel set, threads and weight bytes; `None` on candle.
+    pub fn engine_info(&self) -> Option<EngineInfo> {
+        match &self.runner {
+            Runner::Engine(e) => Some(EngineInfo {
+                kernels: e.isa().name(),
+                threads: e.threads(),
+                streamed_bytes: e.streamed_bytes(),
+                resident_bytes: e.resident_bytes(),
+                reencoded_tensors: e.reencoded(),
+            }),
+            Runner::Candle(_) => None,
+        }
+    }
+
     /// An empty cache for one sequence of this model.
     pub fn new_cache(&self) -> Result<KvCache> {
         let c = &self.config;
+        let device = match self.runner {
+            Runner::Engine(_) => None,
+            Runner::Candle(_) => Some(&self.device),
+        };
         KvCache::new(
             c.num_layers,
             c.num_kv_heads,
             c.head_dim,
             c.context_length,
-            &self.device,
+            device,
         )
     }
 
@@ -191,6 +168,14 @@ impl Qwen2Model {
     pub fn forward_block_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let (hidden, _) = self.forward_packed(&mut [BlockRow { tokens, cache }])?;
         Ok(hidden)
+    }
+
+    /// Runs `tokens` after the cache's contents and returns the greedy next token after the
+    /// last one, without materialising the logits on CPU.
+    pub fn forward_block_argmax(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32> {
+        let hidden = self.forward_block_hidden(tokens, cache)?;
+        let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+        Ok(self.argmax(&last)?[0])
     }
 
     /// Runs several sequences in one forward; each row may have its own length and position.
@@ -219,10 +204,9 @@ impl Qwen2Model {
             .collect::<candle_core::Result<_>>()?)
     }
 
-    /// The LM head: final-normed hidden states `[n, hidden]` to logits `[n, vocab]`.
-    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+    fn check_hidden(&self, hidden: &Tensor) -> Result<usize> {
         match hidden.dims() {
-            [_, h] if *h == self.config.hidden_size => self.lm_head.forward(hidden),
+            [n, h] if *h == self.config.hidden_size => Ok(*n),
             found => Err(Qwen2Error::HiddenShape {
                 hidden_size: self.config.hidden_size,
                 found: found.to_vec(),
@@ -230,8 +214,43 @@ impl Qwen2Model {
         }
     }
 
+    /// The LM head: final-normed hidden states `[n, hidden]` to logits `[n, vocab]`.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let n = self.check_hidden(hidden)?;
+        match &self.runner {
+            Runner::Engine(e) => {
+                let values = hidden_values(hidden)?;
+                let logits = e.logits(&values);
+                Ok(Tensor::from_vec(
+                    logits,
+                    (n, self.config.vocab_size),
+                    &Device::Cpu,
+                )?)
+            }
+            Runner::Candle(c) => c.logits(hidden),
+        }
+    }
+
+    /// The greedy token of each hidden state `[n, hidden]` (the lowest id among equal
+    /// logits); on CPU the logits are never materialised.
+    pub fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        self.check_hidden(hidden)?;
+        match &self.runner {
+            Runner::Engine(e) => Ok(e.argmax(&hidden_values(hidden)?)),
+            Runner::Candle(c) => Ok(c
+                .logits(hidden)?
+                .to_dtype(DType::F32)?
+                .argmax(1)?
+                .to_vec1::<u32>()?),
+        }
+    }
+
     fn validate(&self, rows: &[BlockRow<'_>]) -> Result<()> {
         let c = &self.config;
+        let device = match self.runner {
+            Runner::Engine(_) => Device::Cpu,
+            Runner::Candle(_) => self.device.clone(),
+        };
         for (r, row) in rows.iter().enumerate() {
             if row.tokens.is_empty() {
                 return Err(Qwen2Error::EmptyBlock { row: r });
@@ -258,46 +277,83 @@ impl Qwen2Model {
                 });
             }
             row.cache
-                .check_fits(r, c.num_layers, c.num_kv_heads, c.head_dim, &self.device)?;
+                .check_fits(r, c.num_layers, c.num_kv_heads, c.head_dim, &device)?;
+            let right_kind = matches!(
+                (&self.runner, &row.cache.store),
+                (Runner::Engine(_), KvStore::Host(_)) | (Runner::Candle(_), KvStore::Device(_))
+            );
+            if !right_kind {
+                return Err(Qwen2Error::CacheMismatch {
+                    row: r,
+                    message: "the cache was made by a model on another backend".into(),
+                });
+            }
         }
         Ok(())
     }
 
-    /// The packed forward: all rows' tokens as one `[tokens, hidden]` matrix, so every matmul
-    /// runs once for the whole batch; only attention looks at row boundaries.
+    /// The packed forward of all rows; returns the final-normed hidden states of every
+    /// token, rows in order.
     fn forward_packed(&self, rows: &mut [BlockRow<'_>]) -> Result<(Tensor, Vec<RowSpan>)> {
         self.validate(rows)?;
         let mut spans = Vec::with_capacity(rows.len());
-        let mut ids = Vec::new();
-        let mut positions = Vec::new();
+        let mut start = 0;
         for row in rows.iter_mut() {
             let past = row.cache.len();
             row.cache.reserve(past + row.tokens.len())?;
             spans.push(RowSpan {
-                start: ids.len(),
+                start,
                 len: row.tokens.len(),
-                past,
             });
-            ids.extend_from_slice(row.tokens);
-            positions.extend(past..past + row.tokens.len());
+            start += row.tokens.len();
         }
-        let ids = Tensor::new(ids.as_slice(), &self.device)?;
-        let mut x = match &self.embedding {
-            Embedding::Quantized(q) => q.embedding(&ids)?,
-            Embedding::Dense(t) => t.index_select(&ids, 0)?,
-        };
-        let cos_sin = self.rope.cos_sin(&positions, &self.device)?;
-        {
-            let caches: Vec<&KvCache> = rows.iter().map(|r| &*r.cache).collect();
-            for (i, layer) in self.layers.iter().enumerate() {
-                x = layer.forward(&x, &cos_sin, &spans, &caches, i, self.exact_cpu_attention)?;
+        let hidden = match &self.runner {
+            Runner::Engine(e) => {
+                let mut engine_rows: Vec<EngineRow<'_>> = rows
+                    .iter_mut()
+                    .map(|row| {
+                        let past = row.cache.len();
+                        let KvStore::Host(kv) = &mut row.cache.store else {
+                            unreachable!("checked in validate")
+                        };
+                        EngineRow {
+                            tokens: row.tokens,
+                            kv,
+                            past,
+                        }
+                    })
+                    .collect();
+                let values = e.forward(&mut engine_rows);
+                Tensor::from_vec(values, (start, self.config.hidden_size), &Device::Cpu)?
             }
-        }
-        let hidden =
-            candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_norm_eps as f32)?;
+            Runner::Candle(c) => {
+                let candle_rows: Vec<CandleRow<'_>> = rows
+                    .iter()
+                    .map(|row| {
+                        let KvStore::Device(kv) = &row.cache.store else {
+                            unreachable!("checked in validate")
+                        };
+                        CandleRow {
+                            tokens: row.tokens,
+                            kv,
+                            past: row.cache.len(),
+                        }
+                    })
+                    .collect();
+                c.forward(&candle_rows)?
+            }
+        };
         for row in rows.iter_mut() {
             row.cache.commit(row.tokens.len());
         }
         Ok((hidden, spans))
     }
+}
+
+fn hidden_values(hidden: &Tensor) -> Result<Vec<f32>> {
+    Ok(hidden
+        .to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?)
 }

@@ -52,8 +52,8 @@ pub struct TinySpec {
     pub ffn: usize,
     pub vocab: usize,
     pub context_length: usize,
-    /// Store every weight as F32 (for comparison with the reference forward).
-    pub all_f32: bool,
+    /// The storage formats of the weights.
+    pub layout: TinyLayout,
     /// Omit `output.weight`, so the head is tied to the embedding.
     pub tied_head: bool,
     pub seed: u64,
@@ -69,11 +69,28 @@ impl Default for TinySpec {
             ffn: 128,
             vocab: 256,
             context_length: 512,
-            all_f32: false,
+            layout: TinyLayout::Mixed,
             tied_head: false,
             seed: 7,
         }
     }
+}
+
+/// Which GGUF formats a tiny model's matmul weights and embedding are stored in (norms and
+/// biases are always F32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TinyLayout {
+    /// Q8_0, Q4_0, Q5_0 and F32.
+    Mixed,
+    /// Every weight F32 (for comparison with the reference forward).
+    AllF32,
+    /// Q4_K and Q6_K (the real pair's formats) with a Q8_0 output projection: needs widths
+    /// that are multiples of 256 (see [`TinySpec::k_quants`]).
+    KQuants,
+    /// F16 and BF16.
+    Half,
+    /// Q4_1 and Q5_1, formats without a native CPU kernel (re-encoded at load).
+    Foreign,
 }
 
 impl TinySpec {
@@ -81,17 +98,44 @@ impl TinySpec {
         self.hidden / self.heads
     }
 
-    /// The storage format of each weight in the mixed (default) layout: Q8_0, Q4_0 and F32
-    /// matmul weights, one Q5_0 weight per layer (requantized at load), F32 norms and biases.
+    /// A K-quant model: widths of whole 256-value blocks.
+    pub fn k_quants() -> Self {
+        Self {
+            hidden: 256,
+            ffn: 512,
+            layout: TinyLayout::KQuants,
+            ..Self::default()
+        }
+    }
+
+    /// The storage format of each weight.
     fn dtype(&self, name: &str) -> GgmlDType {
-        if self.all_f32 || name.ends_with("_norm.weight") || name.ends_with(".bias") {
+        if name.ends_with("_norm.weight") || name.ends_with(".bias") {
             return GgmlDType::F32;
         }
-        match name.rsplit('.').nth(1).unwrap_or(name) {
-            "attn_k" | "ffn_gate" => GgmlDType::Q4_0,
-            "attn_v" => GgmlDType::Q5_0,
-            "attn_output" => GgmlDType::F32,
-            _ => GgmlDType::Q8_0,
+        let kind = name.rsplit('.').nth(1).unwrap_or(name);
+        match self.layout {
+            TinyLayout::AllF32 => GgmlDType::F32,
+            TinyLayout::Mixed => match kind {
+                "attn_k" | "ffn_gate" => GgmlDType::Q4_0,
+                "attn_v" | "ffn_down" => GgmlDType::Q5_0,
+                "attn_output" => GgmlDType::F32,
+                _ => GgmlDType::Q8_0,
+            },
+            TinyLayout::KQuants => match kind {
+                "attn_v" | "ffn_down" => GgmlDType::Q6K,
+                "output" => GgmlDType::Q8_0,
+                _ => GgmlDType::Q4K,
+            },
+            TinyLayout::Half => match kind {
+                "attn_output" | "ffn_gate" | "output" => GgmlDType::BF16,
+                _ => GgmlDType::F16,
+            },
+            TinyLayout::Foreign => match kind {
+                "attn_q" | "ffn_up" => GgmlDType::Q4_1,
+                "attn_k" | "token_embd" => GgmlDType::Q5_1,
+                _ => GgmlDType::Q8_0,
+            },
         }
     }
 }

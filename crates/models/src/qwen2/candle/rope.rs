@@ -5,7 +5,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::error::Result;
+use super::super::error::Result;
 
 pub struct RotaryEmbedding {
     inv_freq: Vec<f64>,

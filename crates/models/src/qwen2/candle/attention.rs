@@ -2,9 +2,9 @@
 
 use candle_core::Tensor;
 
+use super::super::error::Result;
 use super::attend::{attend, RowSpan};
-use super::cache::KvCache;
-use super::error::Result;
+use super::cache::DeviceKv;
 use super::linear::QLinear;
 
 pub(crate) struct Attention {
@@ -25,9 +25,8 @@ impl Attention {
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
         spans: &[RowSpan],
-        caches: &[&KvCache],
+        caches: &[&DeviceKv],
         layer: usize,
-        exact_cpu: bool,
     ) -> Result<Tensor> {
         let tokens = x.dim(0)?;
         let (cos, sin) = cos_sin;
@@ -47,7 +46,7 @@ impl Attention {
             cache.write(layer, span.past, &k_row, &v_row)?;
         }
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let out = attend(&q, spans, caches, layer, scale, exact_cpu)?;
+        let out = attend(&q, spans, caches, layer, scale)?;
         self.o
             .forward(&out.reshape((tokens, self.heads * self.head_dim))?)
     }

@@ -2,21 +2,18 @@
 
 use candle_core::{Device, Tensor};
 
+use super::super::config::Qwen2Config;
+use super::super::error::Result;
+use super::super::gguf::GgufFile;
 use super::attend::RowSpan;
 use super::attention::Attention;
-use super::cache::KvCache;
-use super::config::Qwen2Config;
-use super::error::Result;
-use super::gguf::{requantize_for_cpu, GgufFile};
-use super::linear::{QLinear, RowModeProbe};
+use super::cache::DeviceKv;
+use super::linear::QLinear;
 
-/// What loading needs besides the file: the device, the options and the shared probe.
+/// What loading needs besides the file: the device.
 pub(crate) struct LoadContext<'a> {
     pub(crate) gguf: &'a mut GgufFile,
     pub(crate) device: &'a Device,
-    pub(crate) requantize: bool,
-    pub(crate) probe: RowModeProbe,
-    pub(crate) requantized: usize,
 }
 
 impl LoadContext<'_> {
@@ -28,16 +25,9 @@ impl LoadContext<'_> {
         inp: usize,
         bias: bool,
     ) -> Result<QLinear> {
-        let weight_name = format!("{name}.weight");
-        let weight = self.gguf.qtensor(&weight_name, &[out, inp], self.device)?;
-        let weight = if self.requantize {
-            let before = weight.dtype();
-            let weight = requantize_for_cpu(&weight_name, weight, self.device)?;
-            self.requantized += usize::from(weight.dtype() != before);
-            weight
-        } else {
-            weight
-        };
+        let weight = self
+            .gguf
+            .qtensor(&format!("{name}.weight"), &[out, inp], self.device)?;
         let bias = match bias {
             true => Some(
                 self.gguf
@@ -45,7 +35,7 @@ impl LoadContext<'_> {
             ),
             false => None,
         };
-        QLinear::new(&weight_name, weight, bias, &mut self.probe)
+        QLinear::new(weight, bias)
     }
 
     pub(crate) fn norm(&mut self, name: &str, size: usize) -> Result<Tensor> {
@@ -101,14 +91,11 @@ impl DecoderLayer {
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
         spans: &[RowSpan],
-        caches: &[&KvCache],
+        caches: &[&DeviceKv],
         layer: usize,
-        exact_cpu: bool,
     ) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?;
-        let x = (x + self
-            .attention
-            .forward(&h, cos_sin, spans, caches, layer, exact_cpu)?)?;
+        let x = (x + self.attention.forward(&h, cos_sin, spans, caches, layer)?)?;
         let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, self.eps)?;
         let mlp = (self.gate.forward(&h)?.silu()? * self.up.forward(&h)?)?;
         Ok((x + self.down.forward(&mlp)?)?)

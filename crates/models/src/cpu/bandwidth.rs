@@ -1,0 +1,79 @@
+//! The machine's memory read bandwidth, measured the way the kernels read weights: every
+//! worker of the pool streams its share of a buffer much larger than the caches.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::pool::ThreadPool;
+
+/// Bytes read per measurement: far beyond any last-level cache a machine has today.
+const BUFFER_BYTES: usize = 1 << 30;
+
+/// The best of `runs` passes over a 1 GiB buffer, in bytes per second.
+pub fn read_bandwidth(pool: &ThreadPool, runs: usize) -> f64 {
+    let words = BUFFER_BYTES / 8;
+    let buffer: Vec<u64> = (0..words as u64).collect();
+    let threads = pool.threads();
+    let share = words.div_ceil(threads);
+    let sink = AtomicU64::new(0);
+    let mut best = 0f64;
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        pool.run(&|w| {
+            let part = &buffer[(w * share).min(words)..((w + 1) * share).min(words)];
+            // Sixteen independent sums, vectorized as wide as the CPU allows, keep enough
+            // loads in flight to saturate memory.
+            let total = sum_words(part);
+            sink.fetch_add(total, Ordering::Relaxed);
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        best = best.max(BUFFER_BYTES as f64 / seconds);
+    }
+    std::hint::black_box(sink.load(Ordering::Relaxed));
+    best
+}
+
+#[cfg(target_arch = "x86_64")]
+fn sum_words(words: &[u64]) -> u64 {
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 support was just checked.
+        return unsafe { sum_words_avx2(words) };
+    }
+    sum_words_plain(words)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn sum_words(words: &[u64]) -> u64 {
+    sum_words_plain(words)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_words_avx2(words: &[u64]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_si256(); 4];
+    let chunks = words.chunks_exact(16);
+    for chunk in chunks {
+        let p = chunk.as_ptr() as *const __m256i;
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_add_epi64(*a, _mm256_loadu_si256(p.add(i)));
+        }
+    }
+    let mut lanes = [0u64; 4];
+    let total = _mm256_add_epi64(
+        _mm256_add_epi64(acc[0], acc[1]),
+        _mm256_add_epi64(acc[2], acc[3]),
+    );
+    _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, total);
+    lanes.iter().fold(0u64, |s, v| s.wrapping_add(*v))
+}
+
+fn sum_words_plain(words: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    for chunk in words.chunks_exact(8) {
+        for (a, v) in acc.iter_mut().zip(chunk) {
+            *a = a.wrapping_add(*v);
+        }
+    }
+    acc.iter().fold(0u64, |s, a| s.wrapping_add(*a))
+}

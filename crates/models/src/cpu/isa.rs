@@ -1,0 +1,142 @@
+//! The instruction set the kernels run with, chosen at run time.
+
+use super::activation::ActRow;
+use super::format::WeightFormat;
+use super::lanes::portable::Portable;
+use super::tile::run_rows;
+
+/// The environment variable that forces a kernel set (`avx512`, `avx2` or `portable`); a
+/// set the CPU lacks falls back to the best one it has.
+pub const KERNELS_ENV: &str = "SPECD_CPU_KERNELS";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// AVX-512 F/BW/VL with VNNI, FMA and F16C.
+    Avx512Vnni,
+    /// AVX2 with FMA and F16C.
+    Avx2,
+    /// Plain Rust, on every CPU.
+    Portable,
+}
+
+impl Isa {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx512Vnni => "avx512-vnni",
+            Self::Avx2 => "avx2",
+            Self::Portable => "portable",
+        }
+    }
+
+    pub fn supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => super::lanes::avx512::supported(),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => super::lanes::avx2::supported(),
+            Self::Portable => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every kernel set this CPU can run, best first.
+    pub fn available() -> Vec<Isa> {
+        [Self::Avx512Vnni, Self::Avx2, Self::Portable]
+            .into_iter()
+            .filter(|i| i.supported())
+            .collect()
+    }
+
+    /// The best supported set, or the one `SPECD_CPU_KERNELS` names.
+    pub fn detect() -> Isa {
+        let best = Self::available()[0];
+        let Ok(wanted) = std::env::var(KERNELS_ENV) else {
+            return best;
+        };
+        let named = match wanted.trim() {
+            "avx512" | "avx512-vnni" => Some(Self::Avx512Vnni),
+            "avx2" => Some(Self::Avx2),
+            "portable" => Some(Self::Portable),
+            _ => None,
+        };
+        match named {
+            Some(isa) if isa.supported() => isa,
+            _ => {
+                tracing::warn!(
+                    variable = KERNELS_ENV,
+                    value = %wanted,
+                    using = best.name(),
+                    "kernel set unknown or not supported by this CPU"
+                );
+                best
+            }
+        }
+    }
+
+    /// The process-wide choice, made once.
+    pub fn active() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            let isa = Self::detect();
+            tracing::info!(kernels = isa.name(), "CPU kernel set");
+            isa
+        })
+    }
+
+    /// One pass over a tile for 1..=8 rows.
+    ///
+    /// # Safety
+    /// `self` must be supported; `tile` must hold `blocks` blocks of `format`; each row's
+    /// pointers must cover the reduction length.
+    pub(crate) unsafe fn run_tile(
+        self,
+        format: WeightFormat,
+        tile: *const u8,
+        blocks: usize,
+        rows: &[ActRow],
+        out: &mut [[f32; 16]],
+    ) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => tile_avx512(format, tile, blocks, rows, out),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => tile_avx2(format, tile, blocks, rows, out),
+            _ => tile_portable(format, tile, blocks, rows, out),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
+unsafe fn tile_avx512(
+    format: WeightFormat,
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    run_rows::<super::lanes::avx512::Avx512>(format, tile, blocks, rows, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_avx2(
+    format: WeightFormat,
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    run_rows::<super::lanes::avx2::Avx2>(format, tile, blocks, rows, out)
+}
+
+unsafe fn tile_portable(
+    format: WeightFormat,
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    run_rows::<Portable>(format, tile, blocks, rows, out)
+}

@@ -1,0 +1,214 @@
+//! [`Lanes`] on AVX2 with FMA and F16C: a tile row is two 256-bit halves (columns 0..8 and
+//! 8..16); `vpmaddubsw` + `vpmaddwd` stand in for VNNI. Weight bytes stay below 64 (signed
+//! weights go through the sign trick), so the 16-bit pair sums never saturate.
+
+use std::arch::x86_64::*;
+
+use super::Lanes;
+
+#[derive(Clone, Copy)]
+pub(crate) struct Avx2;
+
+pub(crate) fn supported() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Pair<T>([T; 2]);
+
+#[inline(always)]
+fn each<T: Copy, U>(a: Pair<T>, f: impl Fn(T) -> U) -> Pair<U> {
+    Pair([f(a.0[0]), f(a.0[1])])
+}
+
+#[inline(always)]
+fn both<T: Copy, U>(a: Pair<T>, b: Pair<T>, f: impl Fn(T, T) -> U) -> Pair<U> {
+    Pair([f(a.0[0], b.0[0]), f(a.0[1], b.0[1])])
+}
+
+#[inline(always)]
+unsafe fn pair_sum(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+    let pairs = _mm256_maddubs_epi16(w, y);
+    _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+unsafe impl Lanes for Avx2 {
+    type I = Pair<__m256i>;
+    type F = Pair<__m256>;
+    type B = Pair<__m256i>;
+
+    const SIGNED_OFFSET: i32 = 0;
+
+    #[inline(always)]
+    unsafe fn load_b(p: *const u8) -> Self::B {
+        Pair([
+            _mm256_loadu_si256(p as *const __m256i),
+            _mm256_loadu_si256(p.add(32) as *const __m256i),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+    #[inline(always)]
+    unsafe fn nib_lo(b: Self::B) -> Self::B {
+        each(b, |x| _mm256_and_si256(x, _mm256_set1_epi8(0x0f)))
+    }
+    #[inline(always)]
+    unsafe fn nib_hi(b: Self::B) -> Self::B {
+        each(b, |x| {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(x), _mm256_set1_epi8(0x0f))
+        })
+    }
+    #[inline(always)]
+    unsafe fn shl_and<const S: u32>(b: Self::B, mask: u8) -> Self::B {
+        let count = _mm_cvtsi32_si128(S as i32);
+        each(b, |x| {
+            _mm256_and_si256(_mm256_sll_epi16(x, count), _mm256_set1_epi8(mask as i8))
+        })
+    }
+    #[inline(always)]
+    unsafe fn shr_and<const S: u32>(b: Self::B, mask: u8) -> Self::B {
+        let count = _mm_cvtsi32_si128(S as i32);
+        each(b, |x| {
+            _mm256_and_si256(_mm256_srl_epi16(x, count), _mm256_set1_epi8(mask as i8))
+        })
+    }
+    #[inline(always)]
+    unsafe fn and_b(b: Self::B, mask: u8) -> Self::B {
+        each(b, |x| _mm256_and_si256(x, _mm256_set1_epi8(mask as i8)))
+    }
+    #[inline(always)]
+    unsafe fn or_b(a: Self::B, b: Self::B) -> Self::B {
+        both(a, b, |x, y| _mm256_or_si256(x, y))
+    }
+
+    #[inline(always)]
+    unsafe fn dot4(acc: Self::I, w: Self::B, y: i32) -> Self::I {
+        let y = _mm256_set1_epi32(y);
+        both(acc, w, |a, w| pair_sum(a, w, y))
+    }
+    #[inline(always)]
+    unsafe fn dot4_signed(acc: Self::I, w: Self::B, y: i32) -> Self::I {
+        let y = _mm256_set1_epi32(y);
+        both(acc, w, |a, w| {
+            pair_sum(a, _mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w))
+        })
+    }
+
+    #[inline(always)]
+    unsafe fn zero_i() -> Self::I {
+        Pair([_mm256_setzero_si256(); 2])
+    }
+    #[inline(always)]
+    unsafe fn splat_i(v: i32) -> Self::I {
+        Pair([_mm256_set1_epi32(v); 2])
+    }
+    #[inline(always)]
+    unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I {
+        both(a, b, |x, y| _mm256_add_epi32(x, y))
+    }
+    #[inline(always)]
+    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I {
+        both(a, b, |x, y| _mm256_sub_epi32(x, y))
+    }
+    #[inline(always)]
+    unsafe fn mul_i(a: Self::I, b: Self::I) -> Self::I {
+        both(a, b, |x, y| _mm256_mullo_epi32(x, y))
+    }
+    #[inline(always)]
+    unsafe fn load_u8(p: *const u8) -> Self::I {
+        Pair([
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i)),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn load_i8(p: *const u8) -> Self::I {
+        Pair([
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)),
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i)),
+        ])
+    }
+
+    #[inline(always)]
+    unsafe fn load_u8_pairs(p: *const u8) -> Self::I {
+        Pair([
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(p as *const __m128i)),
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(p.add(16) as *const __m128i)),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn load_i8_pairs(p: *const u8) -> Self::I {
+        Pair([
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i)),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16) as *const __m128i)),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn low_i16(a: Self::I) -> Self::I {
+        each(a, |x| _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(x)))
+    }
+    #[inline(always)]
+    unsafe fn high_i16(a: Self::I) -> Self::I {
+        each(a, |x| _mm256_srai_epi32::<16>(x))
+    }
+    #[inline(always)]
+    unsafe fn dot2(acc: Self::I, a: Self::I, b: i32) -> Self::I {
+        let b = _mm256_set1_epi32(b);
+        both(acc, a, |s, x| _mm256_add_epi32(s, _mm256_madd_epi16(x, b)))
+    }
+
+    #[inline(always)]
+    unsafe fn cvt(a: Self::I) -> Self::F {
+        each(a, |x| _mm256_cvtepi32_ps(x))
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> Self::F {
+        Pair([_mm256_setzero_ps(); 2])
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> Self::F {
+        Pair([_mm256_set1_ps(v); 2])
+    }
+    #[inline(always)]
+    unsafe fn mul_f(a: Self::F, b: Self::F) -> Self::F {
+        both(a, b, |x, y| _mm256_mul_ps(x, y))
+    }
+    #[inline(always)]
+    unsafe fn fma_f(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
+        Pair([
+            _mm256_fmadd_ps(a.0[0], b.0[0], c.0[0]),
+            _mm256_fmadd_ps(a.0[1], b.0[1], c.0[1]),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u8) -> Self::F {
+        Pair([
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+            _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u8) -> Self::F {
+        let half = |q: *const u8| {
+            let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(q as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        };
+        Pair([half(p), half(p.add(16))])
+    }
+    #[inline(always)]
+    unsafe fn load_f32(p: *const u8) -> Self::F {
+        Pair([
+            _mm256_loadu_ps(p as *const f32),
+            _mm256_loadu_ps(p.add(32) as *const f32),
+        ])
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: Self::F) {
+        _mm256_storeu_ps(p, v.0[0]);
+        _mm256_storeu_ps(p.add(8), v.0[1]);
+    }
+}

@@ -1,0 +1,286 @@
+//! Packed-weight matmuls over a set of input rows, several matrices per parallel region.
+//!
+//! Work is split only along output tiles: each tile (16 output columns, the whole reduction)
+//! is computed by one thread for every input row, so neither the number of rows nor the
+//! number of threads changes a single output bit.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::activation::{ActRow, QuantizedRows};
+use super::format::ActivationKind;
+use super::isa::Isa;
+use super::pack::{PackedMatrix, TILE};
+use super::pool::ThreadPool;
+use super::tile::MAX_ROWS;
+
+/// The input of a layer: f32 rows and, once asked for, their quantized forms.
+#[derive(Default)]
+pub struct LayerInput {
+    rows: usize,
+    cols: usize,
+    x: Vec<f32>,
+    q32: QuantizedRows,
+    q256: QuantizedRows,
+    /// Whether `q32` / `q256` hold the current rows.
+    quantized: [bool; 2],
+}
+
+impl LayerInput {
+    /// Makes room for `rows` rows of `cols` and returns the f32 rows to fill; earlier
+    /// quantized forms are forgotten.
+    pub fn reset(&mut self, rows: usize, cols: usize) -> &mut [f32] {
+        self.rows = rows;
+        self.cols = cols;
+        self.x.resize(rows * cols, 0.0);
+        self.quantized = [false; 2];
+        &mut self.x[..rows * cols]
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn x(&self) -> &[f32] {
+        &self.x[..self.rows * self.cols]
+    }
+
+    /// Quantizes the rows for every kind the given matrices need, rows split over the pool.
+    pub fn prepare_for(&mut self, matrices: &[&PackedMatrix], pool: &ThreadPool) {
+        let (rows, cols) = (self.rows, self.cols);
+        for (slot, kind) in [ActivationKind::Q8Block32, ActivationKind::Q8Block256]
+            .into_iter()
+            .enumerate()
+        {
+            let needed = matrices.iter().any(|m| m.format().activation() == kind);
+            if !needed || self.quantized[slot] {
+                continue;
+            }
+            self.quantized[slot] = true;
+            let target = match kind {
+                ActivationKind::Q8Block32 => &mut self.q32,
+                _ => &mut self.q256,
+            };
+            target.prepare(rows, cols, kind);
+            let writer = target.writer();
+            let x = &self.x;
+            let next = AtomicUsize::new(0);
+            let work = |_| loop {
+                let r = next.fetch_add(1, Ordering::Relaxed);
+                if r >= rows {
+                    break;
+                }
+                // SAFETY: each row is claimed by exactly one worker; the buffers outlive
+                // the region.
+                unsafe { writer.quantize(r, &x[r * cols..(r + 1) * cols]) };
+            };
+            if rows >= 4 {
+                pool.run(&work);
+            } else {
+                work(0);
+            }
+        }
+    }
+
+    fn act_row(&self, kind: ActivationKind, r: usize) -> ActRow {
+        debug_assert!(
+            kind == ActivationKind::Dense
+                || self.quantized[(kind == ActivationKind::Q8Block256) as usize]
+        );
+        match kind {
+            ActivationKind::Dense => ActRow::dense(self.x[r * self.cols..].as_ptr()),
+            ActivationKind::Q8Block32 => self.q32.row(r),
+            ActivationKind::Q8Block256 => self.q256.row(r),
+        }
+    }
+}
+
+/// Where a matrix's results go.
+pub enum Output<'a> {
+    /// `out[r * out_features + j] = y[r][j] + bias[j]`.
+    Store {
+        out: &'a mut [f32],
+        bias: Option<&'a [f32]>,
+    },
+    /// The index and value of each row's largest output (the lowest index among equals).
+    Argmax(&'a mut [(u32, f32)]),
+}
+
+/// One matrix of a parallel region.
+pub struct Task<'a> {
+    pub matrix: &'a PackedMatrix,
+    pub input: &'a LayerInput,
+    pub output: Output<'a>,
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: workers write disjoint column ranges (one tile each).
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+/// Per-worker argmax candidates, one slot per worker.
+struct ArgmaxSlots(Vec<UnsafeCell<Vec<(u32, f32)>>>);
+// SAFETY: worker `w` only touches slot `w`.
+unsafe impl Sync for ArgmaxSlots {}
+
+fn better(candidate: (u32, f32), best: (u32, f32)) -> bool {
+    candidate.1 > best.1 || (candidate.1 == best.1 && candidate.0 < best.0) || best.1.is_nan()
+}
+
+const NONE: (u32, f32) = (u32::MAX, f32::NAN);
+
+/// Runs every task in one parallel region.
+pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
+    assert!(isa.supported(), "kernel set {} not supported", isa.name());
+    for t in tasks.iter() {
+        assert_eq!(t.matrix.in_features(), t.input.cols(), "matmul input width");
+        match &t.output {
+            Output::Store { out, bias } => {
+                assert!(out.len() >= t.input.rows() * t.matrix.out_features());
+                assert!(bias.is_none_or(|b| b.len() == t.matrix.out_features()));
+            }
+            Output::Argmax(best) => assert_eq!(best.len(), t.input.rows()),
+        }
+    }
+    let starts: Vec<usize> = tasks
+        .iter()
+        .scan(0, |acc, t| {
+            let s = *acc;
+            *acc += t.matrix.tiles();
+            Some(s)
+        })
+        .collect();
+    let total: usize = tasks.iter().map(|t| t.matrix.tiles()).sum();
+    if total == 0 {
+        return;
+    }
+    let threads = pool.threads();
+    let chunk = (total / (threads * 8)).clamp(1, 64);
+    let outs: Vec<Option<SendPtr>> = tasks
+        .iter_mut()
+        .map(|t| match &mut t.output {
+            Output::Store { out, .. } => Some(SendPtr(out.as_mut_ptr())),
+            Output::Argmax(_) => None,
+        })
+        .collect();
+    let slots: Vec<ArgmaxSlots> = tasks
+        .iter()
+        .map(|t| match t.output {
+            Output::Argmax(_) => ArgmaxSlots(
+                (0..threads)
+                    .map(|_| UnsafeCell::new(vec![NONE; t.input.rows()]))
+                    .collect(),
+            ),
+            Output::Store { .. } => ArgmaxSlots(Vec::new()),
+        })
+        .collect();
+    let shared: Vec<(&PackedMatrix, &LayerInput, Option<&[f32]>)> = tasks
+        .iter()
+        .map(|t| {
+            let bias = match &t.output {
+                Output::Store { bias, .. } => *bias,
+                Output::Argmax(_) => None,
+            };
+            (t.matrix, t.input, bias)
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    pool.run(&|worker| loop {
+        let first = next.fetch_add(chunk, Ordering::Relaxed);
+        if first >= total {
+            break;
+        }
+        let mut global = first;
+        while global < (first + chunk).min(total) {
+            let task = starts.partition_point(|&s| s <= global) - 1;
+            let (matrix, input, bias) = shared[task];
+            let tile_end = (starts[task] + matrix.tiles()).min(first + chunk);
+            for g in global..tile_end {
+                let tile = g - starts[task];
+                let argmax = slots[task].0.get(worker).map(|cell| {
+                    // SAFETY: slot `worker` belongs to this worker alone.
+                    unsafe { &mut *cell.get() }
+                });
+                run_tile(matrix, input, tile, isa, outs[task], bias, argmax);
+            }
+            global = tile_end;
+        }
+    });
+    for (t, slot) in tasks.iter_mut().zip(slots) {
+        if let Output::Argmax(best) = &mut t.output {
+            for b in best.iter_mut() {
+                *b = NONE;
+            }
+            for cell in slot.0 {
+                for (b, c) in best.iter_mut().zip(cell.into_inner()) {
+                    if c.0 != u32::MAX && better(c, *b) {
+                        *b = c;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_tile(
+    matrix: &PackedMatrix,
+    input: &LayerInput,
+    tile: usize,
+    isa: Isa,
+    out: Option<SendPtr>,
+    bias: Option<&[f32]>,
+    mut argmax: Option<&mut Vec<(u32, f32)>>,
+) {
+    let kind = matrix.format().activation();
+    let n_out = matrix.out_features();
+    let first_col = tile * TILE;
+    let valid = TILE.min(n_out - first_col);
+    let ptr = matrix.tile_ptr(tile);
+    let mut buf = [[0f32; 16]; MAX_ROWS];
+    let mut r0 = 0;
+    while r0 < input.rows() {
+        let n = MAX_ROWS.min(input.rows() - r0);
+        let mut rows = [ActRow::dense(std::ptr::null()); MAX_ROWS];
+        for (i, row) in rows.iter_mut().take(n).enumerate() {
+            *row = input.act_row(kind, r0 + i);
+        }
+        // SAFETY: `isa` is supported (checked in `run`), the tile and rows match the matrix.
+        unsafe {
+            isa.run_tile(
+                matrix.format(),
+                ptr,
+                matrix.blocks(),
+                &rows[..n],
+                &mut buf[..n],
+            )
+        };
+        for (i, vals) in buf.iter().take(n).enumerate() {
+            let r = r0 + i;
+            if let Some(SendPtr(out)) = out {
+                for (c, v) in vals.iter().take(valid).enumerate() {
+                    let j = first_col + c;
+                    let v = match bias {
+                        Some(b) => v + b[j],
+                        None => *v,
+                    };
+                    // SAFETY: this tile alone writes columns first_col..first_col + valid.
+                    unsafe { *out.add(r * n_out + j) = v };
+                }
+            }
+            if let Some(best) = argmax.as_deref_mut() {
+                for (c, v) in vals.iter().take(valid).enumerate() {
+                    let candidate = ((first_col + c) as u32, *v);
+                    if !v.is_nan() && better(candidate, best[r]) {
+                        best[r] = candidate;
+                    }
+                }
+            }
+        }
+        r0 += n;
+    }
+}

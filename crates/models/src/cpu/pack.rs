@@ -1,0 +1,334 @@
+//! Weights repacked at load into tiles of 16 interleaved output columns.
+//!
+//! A packed matrix is a sequence of tiles; a tile holds 16 output columns (the last one is
+//! padded with zero columns) over the whole reduction length, block after block. Within a
+//! block, bytes are arranged so that a 64-byte load gives 4 consecutive reduction values of
+//! each of the 16 columns, one column per 32-bit lane. Layouts per format (16 columns, one
+//! GGUF block):
+//!
+//! - Q4_0 (288 B): `d[16]` f16, then 4 chunks; chunk `h` holds values `4h..4h+4` in its low
+//!   nibbles and `4h+16..4h+20` in its high nibbles.
+//! - Q5_0 (352 B): as Q4_0, then 64 bytes whose bit `g` of byte `4c+t` is the fifth bit of
+//!   value `4g+t` of column `c`.
+//! - Q8_0 (544 B): `d[16]`, then 8 chunks of 4 signed values.
+//! - Q4_K (2368 B): `d[16]`, `dmin[16]`, `scales[8][16]`, `mins[4][16][2]` (bytes; mins of
+//!   sub-blocks `2q`, `2q + 1` side by side), then per 32-value sub-block the 4 nibble chunks
+//!   of Q4_0.
+//! - Q6_K (3360 B): `d[16]`, `scales[8][16][2]` (signed; sub-blocks `2p`, `2p + 1` side by
+//!   side), then per 32-value span 4 chunks of low nibbles (as Q4_0) and 2 chunks of high
+//!   2-bit pairs (bits `2i..2i+2` of chunk `p` belong to group `4p+i`).
+//! - F32 / F16 / BF16: per reduction index, the 16 columns' values.
+//!
+//! Every layout but Q4_K's is exactly as large as the GGUF rows it came from.
+
+use half::f16;
+
+use super::format::{DecodedBlock, WeightFormat};
+use super::pool::ThreadPool;
+
+/// Output columns per tile.
+pub const TILE: usize = 16;
+
+/// 64-byte aligned storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+pub(crate) struct AlignedBytes {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    pub(crate) fn zeroed(len: usize) -> Self {
+        Self {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: the lines are `len.div_ceil(64) * 64 >= len` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.len) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, self.len) }
+    }
+}
+
+/// A weight `[out, inp]` in tiles, ready for the kernels.
+pub struct PackedMatrix {
+    format: WeightFormat,
+    out: usize,
+    inp: usize,
+    data: AlignedBytes,
+}
+
+/// Why a weight cannot be packed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackError {
+    #[error("a row of {inp} values is not a whole number of {format:?} blocks of {block}")]
+    PartialBlock {
+        format: WeightFormat,
+        inp: usize,
+        block: usize,
+    },
+    #[error("{found} bytes of data, a [{out}, {inp}] {format:?} weight has {expected}")]
+    Size {
+        format: WeightFormat,
+        out: usize,
+        inp: usize,
+        expected: usize,
+        found: usize,
+    },
+}
+
+impl PackedMatrix {
+    /// Packs GGUF row data (`out` rows of `inp` values, ggml block layout).
+    pub fn from_gguf(
+        format: WeightFormat,
+        out: usize,
+        inp: usize,
+        raw: &[u8],
+        pool: &ThreadPool,
+    ) -> Result<Self, PackError> {
+        let row_bytes = format.row_bytes(inp).ok_or(PackError::PartialBlock {
+            format,
+            inp,
+            block: format.block_len(),
+        })?;
+        if raw.len() != out * row_bytes {
+            return Err(PackError::Size {
+                format,
+                out,
+                inp,
+                expected: out * row_bytes,
+                found: raw.len(),
+            });
+        }
+        let blocks = inp / format.block_len();
+        let tile_bytes = blocks * format.tile_block_bytes();
+        let tiles = out.div_ceil(TILE);
+        let mut data = AlignedBytes::zeroed(tiles * tile_bytes);
+        {
+            let dst = SharedMut(data.as_mut_slice().as_mut_ptr());
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            pool.run(&|_| loop {
+                let t = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if t >= tiles {
+                    break;
+                }
+                // SAFETY: tile `t` owns bytes `t * tile_bytes..(t + 1) * tile_bytes`.
+                let tile =
+                    unsafe { std::slice::from_raw_parts_mut(dst.at(t * tile_bytes), tile_bytes) };
+                let cols: Vec<&[u8]> = (t * TILE..((t + 1) * TILE).min(out))
+                    .map(|c| &raw[c * row_bytes..(c + 1) * row_bytes])
+                    .collect();
+                pack_tile(format, &cols, blocks, tile);
+            });
+        }
+        Ok(Self {
+            format,
+            out,
+            inp,
+            data,
+        })
+    }
+
+    /// Packs an f32 weight `[out, inp]` (row-major) in `format`'s dense layout.
+    pub fn from_f32(
+        format: WeightFormat,
+        out: usize,
+        inp: usize,
+        w: &[f32],
+        pool: &ThreadPool,
+    ) -> Result<Self, PackError> {
+        let raw: Vec<u8> = match format {
+            WeightFormat::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            WeightFormat::F16 => w
+                .iter()
+                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            WeightFormat::BF16 => w
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            _ => {
+                return Err(PackError::PartialBlock {
+                    format,
+                    inp,
+                    block: format.block_len(),
+                })
+            }
+        };
+        Self::from_gguf(format, out, inp, &raw, pool)
+    }
+
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.out
+    }
+
+    /// Reduction length.
+    pub fn in_features(&self) -> usize {
+        self.inp
+    }
+
+    pub fn tiles(&self) -> usize {
+        self.out.div_ceil(TILE)
+    }
+
+    pub(crate) fn blocks(&self) -> usize {
+        self.inp / self.format.block_len()
+    }
+
+    pub(crate) fn tile_bytes(&self) -> usize {
+        self.blocks() * self.format.tile_block_bytes()
+    }
+
+    pub(crate) fn tile_ptr(&self, tile: usize) -> *const u8 {
+        self.data.as_slice()[tile * self.tile_bytes()..].as_ptr()
+    }
+
+    /// Bytes held, which are also the bytes one pass over the matrix streams.
+    pub fn bytes(&self) -> usize {
+        self.data.len
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SharedMut(*mut u8);
+// SAFETY: each worker writes its own disjoint range (see the callers).
+unsafe impl Sync for SharedMut {}
+unsafe impl Send for SharedMut {}
+impl SharedMut {
+    fn at(self, offset: usize) -> *mut u8 {
+        // SAFETY: callers stay within the allocation.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// Writes one tile from up to 16 column rows (missing columns stay zero).
+fn pack_tile(format: WeightFormat, cols: &[&[u8]], blocks: usize, tile: &mut [u8]) {
+    let tb = format.tile_block_bytes();
+    match format {
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
+            let size = format.block_bytes();
+            for k in 0..blocks {
+                for (c, col) in cols.iter().enumerate() {
+                    let at = k * tb + c * size;
+                    tile[at..at + size].copy_from_slice(&col[k * size..(k + 1) * size]);
+                }
+            }
+        }
+        _ => {
+            let bb = format.block_bytes();
+            let mut decoded = Vec::with_capacity(cols.len());
+            for b in 0..blocks {
+                decoded.clear();
+                decoded.extend(
+                    cols.iter()
+                        .map(|col| DecodedBlock::decode(format, &col[b * bb..(b + 1) * bb])),
+                );
+                pack_block(format, &decoded, &mut tile[b * tb..(b + 1) * tb]);
+            }
+        }
+    }
+}
+
+/// Byte `4c + t` of a 64-byte chunk: column `c`, reduction offset `t`.
+fn chunk_at(c: usize, t: usize) -> usize {
+    4 * c + t
+}
+
+/// 4 chunks of nibbles for 32 values starting at `base`: chunk `h` holds groups `h` (low)
+/// and `h + 4` (high).
+fn put_nibbles(cols: &[DecodedBlock], base: usize, out: &mut [u8]) {
+    for h in 0..4 {
+        for (c, b) in cols.iter().enumerate() {
+            for t in 0..4 {
+                let lo = b.q[base + 4 * h + t] & 0x0f;
+                let hi = b.q[base + 4 * (h + 4) + t] & 0x0f;
+                out[64 * h + chunk_at(c, t)] = lo | (hi << 4);
+            }
+        }
+    }
+}
+
+fn put_d(cols: &[DecodedBlock], field: impl Fn(&DecodedBlock) -> u16, out: &mut [u8]) {
+    for (c, b) in cols.iter().enumerate() {
+        out[2 * c..2 * c + 2].copy_from_slice(&field(b).to_le_bytes());
+    }
+}
+
+fn pack_block(format: WeightFormat, cols: &[DecodedBlock], out: &mut [u8]) {
+    put_d(cols, |b| b.d, &mut out[..32]);
+    match format {
+        WeightFormat::Q4_0 => put_nibbles(cols, 0, &mut out[32..288]),
+        WeightFormat::Q5_0 => {
+            put_nibbles(cols, 0, &mut out[32..288]);
+            for (c, b) in cols.iter().enumerate() {
+                for t in 0..4 {
+                    let mut bits = 0u8;
+                    for g in 0..8 {
+                        bits |= ((b.q[4 * g + t] >> 4) & 1) << g;
+                    }
+                    out[288 + chunk_at(c, t)] = bits;
+                }
+            }
+        }
+        WeightFormat::Q8_0 => {
+            for g in 0..8 {
+                for (c, b) in cols.iter().enumerate() {
+                    for t in 0..4 {
+                        out[32 + 64 * g + chunk_at(c, t)] = b.q[4 * g + t];
+                    }
+                }
+            }
+        }
+        WeightFormat::Q4K => {
+            put_d(cols, |b| b.dmin, &mut out[32..64]);
+            for (c, b) in cols.iter().enumerate() {
+                for j in 0..8 {
+                    out[64 + 16 * j + c] = b.scales[j];
+                    out[192 + 32 * (j / 2) + 2 * c + j % 2] = b.mins[j];
+                }
+            }
+            for j in 0..8 {
+                put_nibbles(cols, 32 * j, &mut out[320 + 256 * j..320 + 256 * (j + 1)]);
+            }
+        }
+        WeightFormat::Q6K => {
+            for (c, b) in cols.iter().enumerate() {
+                for j in 0..16 {
+                    out[32 + 32 * (j / 2) + 2 * c + j % 2] = b.scales[j];
+                }
+            }
+            for span in 0..8 {
+                let at = 288 + 384 * span;
+                put_nibbles(cols, 32 * span, &mut out[at..at + 256]);
+                for p in 0..2 {
+                    for (c, b) in cols.iter().enumerate() {
+                        for t in 0..4 {
+                            let mut bits = 0u8;
+                            for i in 0..4 {
+                                let q = b.q[32 * span + 4 * (4 * p + i) + t];
+                                bits |= ((q >> 4) & 3) << (2 * i);
+                            }
+                            out[at + 256 + 64 * p + chunk_at(c, t)] = bits;
+                        }
+                    }
+                }
+            }
+        }
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
+            unreachable!("dense tiles are copied, not decoded")
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The kernels against a float reference, and their row, thread and instruction-set
+//! invariance, for every format.
+
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Tensor};
+
+use super::*;
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// GGUF bytes of a random `[out, inp]` weight in `format`, and its dequantized values.
+fn weight(format: WeightFormat, out: usize, inp: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut rng = Lcg(seed);
+    let values: Vec<f32> = (0..out * inp).map(|_| rng.next() * 0.5).collect();
+    let t = Tensor::from_vec(values, (out, inp), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, format.ggml()).unwrap();
+    let raw = q.data().unwrap().to_vec();
+    let mut deq = vec![0f32; out * inp];
+    let row = format.row_bytes(inp).unwrap();
+    for r in 0..out {
+        dequantize_row(
+            format,
+            &raw[r * row..(r + 1) * row],
+            &mut deq[r * inp..(r + 1) * inp],
+        );
+    }
+    (raw, deq)
+}
+
+fn inputs(rows: usize, inp: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Lcg(seed);
+    (0..rows * inp).map(|_| rng.next()).collect()
+}
+
+fn multiply(m: &PackedMatrix, x: &[f32], rows: usize, pool: &ThreadPool, isa: Isa) -> Vec<f32> {
+    let mut input = LayerInput::default();
+    input
+        .reset(rows, m.in_features())
+        .copy_from_slice(&x[..rows * m.in_features()]);
+    input.prepare_for(&[m], pool);
+    let mut out = vec![0f32; rows * m.out_features()];
+    matmul(
+        &mut [Task {
+            matrix: m,
+            input: &input,
+            output: Output::Store {
+                out: &mut out,
+                bias: None,
+            },
+        }],
+        pool,
+        isa,
+    );
+    out
+}
+
+const SHAPES: [(WeightFormat, usize, usize); 8] = [
+    (WeightFormat::Q4K, 40, 512),
+    (WeightFormat::Q6K, 33, 512),
+    (WeightFormat::Q4_0, 35, 96),
+    (WeightFormat::Q5_0, 48, 128),
+    (WeightFormat::Q8_0, 17, 64),
+    (WeightFormat::F32, 20, 48),
+    (WeightFormat::F16, 18, 40),
+    (WeightFormat::BF16, 16, 24),
+];
+
+#[test]
+fn gguf_rows_decode_like_candle() {
+    for (format, out, inp) in SHAPES {
+        let (raw, ours) = weight(format, out, inp, 3);
+        let q = QTensor::new(
+            candle_core::quantized::QStorage::from_data(
+                std::borrow::Cow::Owned(raw),
+                &Device::Cpu,
+                format.ggml(),
+            )
+            .unwrap(),
+            (out, inp),
+        )
+        .unwrap();
+        let theirs: Vec<f32> = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{format:?} value {i}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn packed_matmul_matches_the_float_reference() {
+    let pool = ThreadPool::new(2);
+    for (format, out, inp) in SHAPES {
+        let (raw, deq) = weight(format, out, inp, 5);
+        let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pool).unwrap();
+        let rows = 3;
+        let x = inputs(rows, inp, 9);
+        let y = multiply(&m, &x, rows, &pool, Isa::active());
+        for r in 0..rows {
+            for j in 0..out {
+                let exact: f64 = (0..inp)
+                    .map(|k| deq[j * inp + k] as f64 * x[r * inp + k] as f64)
+                    .sum();
+                let norm: f64 = (0..inp)
+                    .map(|k| (deq[j * inp + k] as f64 * x[r * inp + k] as f64).abs())
+                    .sum();
+                // Activations are quantized to 8 bits for the integer formats.
+                let tol = match format.activation() {
+                    ActivationKind::Dense => 1e-5 * norm.max(1.0),
+                    _ => 1.5e-2 * norm.max(1e-3),
+                };
+                let got = y[r * out + j] as f64;
+                assert!(
+                    (got - exact).abs() <= tol,
+                    "{format:?} row {r} col {j}: {got} vs {exact} (tol {tol})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_row_count_thread_count_and_kernel_set_gives_the_same_bits() {
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    for (format, out, inp) in SHAPES {
+        let (raw, _) = weight(format, out, inp, 7);
+        let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pools[1]).unwrap();
+        let x = inputs(16, inp, 11);
+        let reference = multiply(&m, &x, 1, &pools[0], Isa::Portable);
+        for isa in Isa::available() {
+            for pool in &pools {
+                for n in 1..=16 {
+                    let y = multiply(&m, &x, n, pool, isa);
+                    // Row 0 equals row 0 alone; every row equals itself alone.
+                    assert!(
+                        y[..out]
+                            .iter()
+                            .zip(&reference)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{format:?} {} threads {} rows {n}: row 0 differs",
+                        isa.name(),
+                        pool.threads()
+                    );
+                    if n == 16 {
+                        for r in 1..n {
+                            let alone = multiply(&m, &x[r * inp..], 1, &pools[0], Isa::Portable);
+                            assert!(
+                                y[r * out..(r + 1) * out]
+                                    .iter()
+                                    .zip(&alone)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{format:?} {} row {r} of 16 differs from alone",
+                                isa.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn argmax_epilogue_picks_the_largest_stored_output() {
+    let pool = ThreadPool::new(3);
+    let (format, out, inp) = (WeightFormat::Q6K, 300, 256);
+    let (raw, _) = weight(format, out, inp, 13);
+    let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pool).unwrap();
+    let rows = 5;
+    let x = inputs(rows, inp, 17);
+    let y = multiply(&m, &x, rows, &pool, Isa::active());
+    let mut input = LayerInput::default();
+    input.reset(rows, inp).copy_from_slice(&x);
+    input.prepare_for(&[&m], &pool);
+    let mut best = vec![(0u32, 0f32); rows];
+    matmul(
+        &mut [Task {
+            matrix: &m,
+            input: &input,
+            output: Output::Argmax(&mut best),
+        }],
+        &pool,
+        Isa::active(),
+    );
+    for r in 0..rows {
+        let row = &y[r * out..(r + 1) * out];
+        let (idx, val) =
+            row.iter().enumerate().fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, v)| if *v > b.1 { (i, *v) } else { b },
+            );
+        assert_eq!(best[r], (idx as u32, val));
+    }
+}
+
+#[test]
+fn packing_keeps_the_gguf_size_but_for_q4k_scales() {
+    let pool = ThreadPool::new(1);
+    for (format, out, inp) in SHAPES {
+        let (raw, _) = weight(format, out, inp, 1);
+        let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pool).unwrap();
+        let padded = out.div_ceil(TILE) * TILE * format.row_bytes(inp).unwrap();
+        let expected = match format {
+            WeightFormat::Q4K => padded * 148 / 144,
+            _ => padded,
+        };
+        assert_eq!(m.bytes(), expected, "{format:?}");
+    }
+}

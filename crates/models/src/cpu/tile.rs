@@ -1,0 +1,304 @@
+//! The tile kernels: 16 output columns of one packed weight times up to [`MAX_ROWS`] input
+//! rows, written once over [`Lanes`] and instantiated per instruction set.
+//!
+//! Per output element the work is fixed: exact integer dot products per block, then per
+//! block one or two float multiply-adds into the accumulator, blocks in order. The number of
+//! rows in a pass only decides how often a weight chunk, once unpacked, is reused.
+
+use super::activation::ActRow;
+use super::format::WeightFormat;
+use super::lanes::Lanes;
+
+/// Input rows one pass over a tile serves.
+pub const MAX_ROWS: usize = 8;
+
+/// How far ahead of the block being read the kernels ask for its lines: the hardware
+/// streamers alone leave a single-row pass about 25% below the machine's read bandwidth.
+const PREFETCH_DISTANCE: usize = 1024;
+
+/// Asks for the lines `PREFETCH_DISTANCE` bytes past `p..p + len`.
+#[inline(always)]
+unsafe fn ahead<L: Lanes>(p: *const u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        L::prefetch(p.wrapping_add(PREFETCH_DISTANCE + off));
+        off += 64;
+    }
+}
+
+#[inline(always)]
+unsafe fn y4(row: &ActRow, at: usize) -> i32 {
+    std::ptr::read_unaligned(row.q.add(at) as *const i32)
+}
+
+#[inline(always)]
+unsafe fn sum32(row: &ActRow, block32: usize) -> i32 {
+    *row.sums16.add(2 * block32) + *row.sums16.add(2 * block32 + 1)
+}
+
+/// The 8 groups of 4 values of a 32-value nibble span (chunk `h`: groups `h` and `h + 4`).
+#[inline(always)]
+unsafe fn nibble_groups<L: Lanes>(p: *const u8) -> [L::B; 8] {
+    let c = [
+        L::load_b(p),
+        L::load_b(p.add(64)),
+        L::load_b(p.add(128)),
+        L::load_b(p.add(192)),
+    ];
+    [
+        L::nib_lo(c[0]),
+        L::nib_lo(c[1]),
+        L::nib_lo(c[2]),
+        L::nib_lo(c[3]),
+        L::nib_hi(c[0]),
+        L::nib_hi(c[1]),
+        L::nib_hi(c[2]),
+        L::nib_hi(c[3]),
+    ]
+}
+
+#[inline(always)]
+unsafe fn dot_groups<L: Lanes>(w: &[L::B], row: &ActRow, at: usize) -> L::I {
+    let mut s = L::zero_i();
+    for (g, wg) in w.iter().enumerate() {
+        s = L::dot4(s, *wg, y4(row, at + 4 * g));
+    }
+    s
+}
+
+#[inline(always)]
+unsafe fn q4k<L: Lanes, const R: usize>(
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow; R],
+) -> [L::F; R] {
+    let mut acc = [L::zero_f(); R];
+    for sb in 0..blocks {
+        let h = tile.add(sb * 2368);
+        ahead::<L>(h, 2368);
+        let d = L::load_f16(h);
+        let dmin = L::load_f16(h.add(32));
+        // The mins first, folded into the accumulators, so that their registers are free
+        // for the codes.
+        let mins: [L::I; 4] = std::array::from_fn(|q| L::load_u8_pairs(h.add(192 + 32 * q)));
+        let mut msum = [L::zero_i(); R];
+        for r in 0..R {
+            for (q, m) in mins.iter().enumerate() {
+                msum[r] = L::dot2(msum[r], *m, *rows[r].pairs32.add(sb * 4 + q));
+            }
+        }
+        let mut isum = [L::zero_i(); R];
+        for j in 0..8 {
+            let sc = L::load_u8(h.add(64 + 16 * j));
+            let w = nibble_groups::<L>(h.add(320 + 256 * j));
+            for r in 0..R {
+                let s = dot_groups::<L>(&w, &rows[r], sb * 256 + 32 * j);
+                isum[r] = L::add_i(isum[r], L::mul_i(s, sc));
+            }
+        }
+        for r in 0..R {
+            let dy = *rows[r].d.add(sb);
+            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum[r]), acc[r]);
+            acc[r] = L::fma_f(L::mul_f(dmin, L::splat_f(-dy)), L::cvt(msum[r]), acc[r]);
+        }
+    }
+    acc
+}
+
+/// The fifth bit of group `g` (bit `g` of each byte) moved to bit 4.
+#[inline(always)]
+unsafe fn q5_high<L: Lanes>(qh: L::B, g: usize) -> L::B {
+    match g {
+        0 => L::shl_and::<4>(qh, 0x10),
+        1 => L::shl_and::<3>(qh, 0x10),
+        2 => L::shl_and::<2>(qh, 0x10),
+        3 => L::shl_and::<1>(qh, 0x10),
+        4 => L::and_b(qh, 0x10),
+        5 => L::shr_and::<1>(qh, 0x10),
+        6 => L::shr_and::<2>(qh, 0x10),
+        _ => L::shr_and::<3>(qh, 0x10),
+    }
+}
+
+/// Bits `2i..2i+2` of each byte moved to bits 4..6.
+#[inline(always)]
+unsafe fn q6_high<L: Lanes>(qh: L::B, i: usize) -> L::B {
+    match i {
+        0 => L::shl_and::<4>(qh, 0x30),
+        1 => L::shl_and::<2>(qh, 0x30),
+        2 => L::and_b(qh, 0x30),
+        _ => L::shr_and::<2>(qh, 0x30),
+    }
+}
+
+#[inline(always)]
+unsafe fn q6k<L: Lanes, const R: usize>(
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow; R],
+) -> [L::F; R] {
+    let mut acc = [L::zero_f(); R];
+    for sb in 0..blocks {
+        let h = tile.add(sb * 3360);
+        ahead::<L>(h, 3360);
+        let d = L::load_f16(h);
+        let mut isum = [L::zero_i(); R];
+        // Sum of scale * code sum, taken out of `isum` for the codes' zero point of 32.
+        let mut zsum = [L::zero_i(); R];
+        for span in 0..8 {
+            let p = h.add(288 + 384 * span);
+            let scales = L::load_i8_pairs(h.add(32 + 32 * span));
+            let sc = [L::low_i16(scales), L::high_i16(scales)];
+            let mut w = nibble_groups::<L>(p);
+            let qh = [L::load_b(p.add(256)), L::load_b(p.add(320))];
+            for (g, wg) in w.iter_mut().enumerate() {
+                *wg = L::or_b(*wg, q6_high::<L>(qh[g / 4], g % 4));
+            }
+            for r in 0..R {
+                zsum[r] = L::dot2(zsum[r], scales, *rows[r].pairs16.add(sb * 8 + span));
+                for half in 0..2 {
+                    let at = sb * 256 + 32 * span + 16 * half;
+                    let s = dot_groups::<L>(&w[4 * half..4 * half + 4], &rows[r], at);
+                    isum[r] = L::add_i(isum[r], L::mul_i(s, sc[half]));
+                }
+            }
+        }
+        for r in 0..R {
+            let zero = L::mul_i(zsum[r], L::splat_i(32));
+            let dy = *rows[r].d.add(sb);
+            acc[r] = L::fma_f(
+                L::mul_f(d, L::splat_f(dy)),
+                L::cvt(L::sub_i(isum[r], zero)),
+                acc[r],
+            );
+        }
+    }
+    acc
+}
+
+/// Q4_0 and Q5_0: unsigned codes with a zero point of 8 or 16.
+#[inline(always)]
+unsafe fn q_0<L: Lanes, const R: usize, const FIVE: bool>(
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow; R],
+) -> [L::F; R] {
+    let (bytes, zero) = if FIVE { (352, 16) } else { (288, 8) };
+    let mut acc = [L::zero_f(); R];
+    for b in 0..blocks {
+        let h = tile.add(b * bytes);
+        ahead::<L>(h, bytes);
+        let d = L::load_f16(h);
+        let mut w = nibble_groups::<L>(h.add(32));
+        if FIVE {
+            let qh = L::load_b(h.add(288));
+            for (g, wg) in w.iter_mut().enumerate() {
+                *wg = L::or_b(*wg, q5_high::<L>(qh, g));
+            }
+        }
+        for r in 0..R {
+            let s = dot_groups::<L>(&w, &rows[r], 32 * b);
+            let isum = L::sub_i(s, L::splat_i(zero * sum32(&rows[r], b)));
+            let dy = *rows[r].d.add(b);
+            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum), acc[r]);
+        }
+    }
+    acc
+}
+
+#[inline(always)]
+unsafe fn q8_0<L: Lanes, const R: usize>(
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow; R],
+) -> [L::F; R] {
+    let mut acc = [L::zero_f(); R];
+    for b in 0..blocks {
+        let h = tile.add(b * 544);
+        ahead::<L>(h, 544);
+        let d = L::load_f16(h);
+        let w: [L::B; 8] = std::array::from_fn(|g| L::load_b(h.add(32 + 64 * g)));
+        for r in 0..R {
+            let mut s = L::zero_i();
+            for (g, wg) in w.iter().enumerate() {
+                s = L::dot4_signed(s, *wg, y4(&rows[r], 32 * b + 4 * g));
+            }
+            if L::SIGNED_OFFSET != 0 {
+                s = L::sub_i(s, L::splat_i(L::SIGNED_OFFSET * sum32(&rows[r], b)));
+            }
+            let dy = *rows[r].d.add(b);
+            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(s), acc[r]);
+        }
+    }
+    acc
+}
+
+/// Dense weights: one multiply-add per reduction index, in order.
+#[inline(always)]
+unsafe fn dense<L: Lanes, const R: usize>(
+    tile: *const u8,
+    len: usize,
+    rows: &[ActRow; R],
+    format: WeightFormat,
+) -> [L::F; R] {
+    let mut acc = [L::zero_f(); R];
+    for k in 0..len {
+        let w = match format {
+            WeightFormat::F32 => L::load_f32(tile.add(64 * k)),
+            WeightFormat::F16 => L::load_f16(tile.add(32 * k)),
+            _ => L::load_bf16(tile.add(32 * k)),
+        };
+        for r in 0..R {
+            acc[r] = L::fma_f(w, L::splat_f(*rows[r].x.add(k)), acc[r]);
+        }
+    }
+    acc
+}
+
+#[inline(always)]
+unsafe fn run<L: Lanes, const R: usize>(
+    format: WeightFormat,
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow; R],
+    out: &mut [[f32; 16]],
+) {
+    let acc = match format {
+        WeightFormat::Q4K => q4k::<L, R>(tile, blocks, rows),
+        WeightFormat::Q6K => q6k::<L, R>(tile, blocks, rows),
+        WeightFormat::Q4_0 => q_0::<L, R, false>(tile, blocks, rows),
+        WeightFormat::Q5_0 => q_0::<L, R, true>(tile, blocks, rows),
+        WeightFormat::Q8_0 => q8_0::<L, R>(tile, blocks, rows),
+        dense_format => dense::<L, R>(tile, blocks, rows, dense_format),
+    };
+    for r in 0..R {
+        L::store_f(out[r].as_mut_ptr(), acc[r]);
+    }
+}
+
+/// One pass over a tile for `rows.len()` (1..=8) rows, writing 16 outputs per row.
+#[inline(always)]
+pub(crate) unsafe fn run_rows<L: Lanes>(
+    format: WeightFormat,
+    tile: *const u8,
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    match rows.len() {
+        1 => run::<L, 1>(format, tile, blocks, &[rows[0]], out),
+        2 => run::<L, 2>(format, tile, blocks, &[rows[0], rows[1]], out),
+        3 => run::<L, 3>(format, tile, blocks, &[rows[0], rows[1], rows[2]], out),
+        4 => run::<L, 4>(
+            format,
+            tile,
+            blocks,
+            &[rows[0], rows[1], rows[2], rows[3]],
+            out,
+        ),
+        5 => run::<L, 5>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
+        6 => run::<L, 6>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
+        7 => run::<L, 7>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
+        _ => run::<L, 8>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
+    }
+}

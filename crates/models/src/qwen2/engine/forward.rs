@@ -1,0 +1,277 @@
+//! One packed forward pass of the engine.
+
+use crate::cpu::ops::{add, rms_norm, rope, silu_mul};
+use crate::cpu::{
+    attend, dequantize_row, with_isa, Heads, Isa, KvBuffers, LayerInput, Output, Span, Task,
+    ThreadPool,
+};
+
+use super::weights::LayerWeights;
+use super::{Engine, EngineRow};
+
+/// Buffers reused by every forward (they only grow).
+#[derive(Default)]
+pub(crate) struct Workspace {
+    x: Vec<f32>,
+    input: LayerInput,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: LayerInput,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    mlp: LayerInput,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    pub(super) head: LayerInput,
+}
+
+/// Element work below which a per-row loop stays on the calling thread.
+const PARALLEL_ELEMENTS: usize = 1 << 16;
+
+#[derive(Clone, Copy)]
+struct RowsPtr(*mut f32);
+// SAFETY: `for_rows` hands each row to one worker.
+unsafe impl Sync for RowsPtr {}
+unsafe impl Send for RowsPtr {}
+
+impl RowsPtr {
+    /// # Safety
+    /// The row must be inside the buffer and claimed by one caller only.
+    unsafe fn row<'a>(self, r: usize, width: usize) -> &'a mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(r * width), width)
+    }
+}
+
+/// Runs `f(r, row)` for every row of `buf` (rows of `width`), in parallel when large.
+fn for_rows(
+    buf: &mut [f32],
+    width: usize,
+    pool: &ThreadPool,
+    isa: Isa,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let n = buf.len() / width;
+    let ptr = RowsPtr(buf.as_mut_ptr());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = |_| loop {
+        let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if r >= n {
+            break;
+        }
+        // SAFETY: row `r` was claimed by this worker alone.
+        let row = unsafe { ptr.row(r, width) };
+        with_isa(isa, || f(r, row));
+    };
+    if n > 1 && n * width >= PARALLEL_ELEMENTS {
+        pool.run(&work);
+    } else {
+        work(0);
+    }
+}
+
+impl Engine {
+    pub(super) fn forward_into(&self, rows: &mut [EngineRow<'_>], ws: &mut Workspace) -> Vec<f32> {
+        let c = &self.config;
+        let h = c.hidden_size;
+        let mut spans = Vec::with_capacity(rows.len());
+        let mut tokens = Vec::new();
+        let mut positions = Vec::new();
+        for row in rows.iter() {
+            spans.push(Span {
+                start: tokens.len(),
+                len: row.tokens.len(),
+                past: row.past,
+            });
+            tokens.extend_from_slice(row.tokens);
+            positions.extend(row.past..row.past + row.tokens.len());
+        }
+        let n = tokens.len();
+        let (pool, isa) = (self.pool, self.isa);
+
+        let table = &self.weights.embedding;
+        ws.x.resize(n * h, 0.0);
+        for_rows(&mut ws.x[..n * h], h, pool, isa, |r, x| {
+            let at = tokens[r] as usize * table.row_bytes;
+            dequantize_row(table.format, &table.data[at..at + table.row_bytes], x);
+        });
+
+        let half = c.head_dim / 2;
+        ws.cos.resize(n * half, 0.0);
+        ws.sin.resize(n * half, 0.0);
+        for (i, &pos) in positions.iter().enumerate() {
+            for (j, f) in self.inv_freq.iter().enumerate() {
+                let angle = pos as f64 * f;
+                ws.cos[i * half + j] = angle.cos() as f32;
+                ws.sin[i * half + j] = angle.sin() as f32;
+            }
+        }
+
+        for (index, layer) in self.weights.layers.iter().enumerate() {
+            self.layer(index, layer, &spans, rows, ws, n);
+        }
+
+        let mut hidden = vec![0f32; n * h];
+        let (x, norm, eps) = (&ws.x, &self.weights.output_norm, c.rms_norm_eps as f32);
+        for_rows(&mut hidden, h, pool, isa, |r, out| {
+            rms_norm(&x[r * h..(r + 1) * h], norm, eps, out)
+        });
+        hidden
+    }
+
+    fn layer(
+        &self,
+        index: usize,
+        l: &LayerWeights,
+        spans: &[Span],
+        rows: &mut [EngineRow<'_>],
+        ws: &mut Workspace,
+        n: usize,
+    ) {
+        let c = &self.config;
+        let (h, kv, ffn, hd) = (c.hidden_size, c.kv_dim(), c.intermediate_size, c.head_dim);
+        let eps = c.rms_norm_eps as f32;
+        let (pool, isa) = (self.pool, self.isa);
+
+        // Attention: the normed input is quantized once for q, k and v.
+        {
+            let x = &ws.x;
+            for_rows(ws.input.reset(n, h), h, pool, isa, |r, out| {
+                rms_norm(&x[r * h..(r + 1) * h], &l.attn_norm, eps, out)
+            });
+        }
+        ws.input.prepare_for(&[&l.q, &l.k, &l.v], pool);
+        ws.q.resize(n * h, 0.0);
+        ws.k.resize(n * kv, 0.0);
+        ws.v.resize(n * kv, 0.0);
+        crate::cpu::matmul(
+            &mut [
+                store(&l.q, &ws.input, &mut ws.q[..n * h], &l.q_bias),
+                store(&l.k, &ws.input, &mut ws.k[..n * kv], &l.k_bias),
+                store(&l.v, &ws.input, &mut ws.v[..n * kv], &l.v_bias),
+            ],
+            pool,
+            isa,
+        );
+        let half = hd / 2;
+        let (cos, sin) = (&ws.cos, &ws.sin);
+        with_isa(isa, || {
+            for r in 0..n {
+                let (cs, sn) = (
+                    &cos[r * half..(r + 1) * half],
+                    &sin[r * half..(r + 1) * half],
+                );
+                rope(&mut ws.q[r * h..(r + 1) * h], hd, cs, sn);
+                rope(&mut ws.k[r * kv..(r + 1) * kv], hd, cs, sn);
+            }
+        });
+        for (span, row) in spans.iter().zip(rows.iter_mut()) {
+            for i in 0..span.len {
+                let t = span.start + i;
+                row.kv.write(
+                    index,
+                    span.past + i,
+                    &ws.k[t * kv..(t + 1) * kv],
+                    &ws.v[t * kv..(t + 1) * kv],
+                );
+            }
+        }
+        {
+            let caches: Vec<&KvBuffers> = rows.iter().map(|r| &*r.kv).collect();
+            let heads = Heads {
+                heads: c.num_heads,
+                kv_heads: c.num_kv_heads,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let out = ws.attn.reset(n, h);
+            attend(&ws.q[..n * h], spans, &caches, index, heads, out, pool, isa);
+        }
+        ws.attn.prepare_for(&[&l.o], pool);
+        ws.proj.resize(n * h, 0.0);
+        crate::cpu::matmul(
+            &mut [Task {
+                matrix: &l.o,
+                input: &ws.attn,
+                output: Output::Store {
+                    out: &mut ws.proj[..n * h],
+                    bias: None,
+                },
+            }],
+            pool,
+            isa,
+        );
+        with_isa(isa, || add(&mut ws.x[..n * h], &ws.proj[..n * h]));
+
+        // MLP: the normed input is quantized once for gate and up.
+        {
+            let x = &ws.x;
+            for_rows(ws.input.reset(n, h), h, pool, isa, |r, out| {
+                rms_norm(&x[r * h..(r + 1) * h], &l.ffn_norm, eps, out)
+            });
+        }
+        ws.input.prepare_for(&[&l.gate, &l.up], pool);
+        ws.gate.resize(n * ffn, 0.0);
+        ws.up.resize(n * ffn, 0.0);
+        crate::cpu::matmul(
+            &mut [
+                Task {
+                    matrix: &l.gate,
+                    input: &ws.input,
+                    output: Output::Store {
+                        out: &mut ws.gate[..n * ffn],
+                        bias: None,
+                    },
+                },
+                Task {
+                    matrix: &l.up,
+                    input: &ws.input,
+                    output: Output::Store {
+                        out: &mut ws.up[..n * ffn],
+                        bias: None,
+                    },
+                },
+            ],
+            pool,
+            isa,
+        );
+        {
+            let (gate, up) = (&ws.gate, &ws.up);
+            for_rows(ws.mlp.reset(n, ffn), ffn, pool, isa, |r, out| {
+                out.copy_from_slice(&gate[r * ffn..(r + 1) * ffn]);
+                silu_mul(out, &up[r * ffn..(r + 1) * ffn]);
+            });
+        }
+        ws.mlp.prepare_for(&[&l.down], pool);
+        crate::cpu::matmul(
+            &mut [Task {
+                matrix: &l.down,
+                input: &ws.mlp,
+                output: Output::Store {
+                    out: &mut ws.proj[..n * h],
+                    bias: None,
+                },
+            }],
+            pool,
+            isa,
+        );
+        with_isa(isa, || add(&mut ws.x[..n * h], &ws.proj[..n * h]));
+    }
+}
+
+fn store<'a>(
+    matrix: &'a crate::cpu::PackedMatrix,
+    input: &'a LayerInput,
+    out: &'a mut [f32],
+    bias: &'a [f32],
+) -> Task<'a> {
+    Task {
+        matrix,
+        input,
+        output: Output::Store {
+            out,
+            bias: Some(bias),
+        },
+    }
+}

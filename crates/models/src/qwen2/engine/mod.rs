@@ -1,0 +1,138 @@
+//! The CPU engine for Qwen2 / Llama GGUF models: packed weights and the crate's own
+//! kernels (see [`crate::cpu`]), one thread pool, a preallocated workspace.
+//!
+//! Every token's hidden state, logits and K/V are computed by the same operations whether
+//! it runs alone, in a verify block, beside other sequences or in a prefill chunk.
+
+mod forward;
+mod weights;
+
+use std::sync::Mutex;
+
+use crate::cpu::{Isa, KvBuffers, LayerInput, Output, Task, ThreadPool};
+
+use super::config::Qwen2Config;
+use super::error::Result;
+use super::gguf::GgufFile;
+use forward::Workspace;
+use weights::Weights;
+
+pub(crate) struct Engine {
+    config: Qwen2Config,
+    weights: Weights,
+    inv_freq: Vec<f64>,
+    pool: &'static ThreadPool,
+    isa: Isa,
+    workspace: Mutex<Workspace>,
+}
+
+/// One sequence of a packed forward: its new tokens, its K/V and how many positions of it
+/// are already valid.
+pub(crate) struct EngineRow<'a> {
+    pub tokens: &'a [u32],
+    pub kv: &'a mut KvBuffers,
+    pub past: usize,
+}
+
+impl Engine {
+    pub(crate) fn load(gguf: &GgufFile, config: Qwen2Config) -> Result<Self> {
+        let pool = ThreadPool::global();
+        let weights = Weights::load(gguf, &config, pool)?;
+        let half = config.head_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| {
+                config
+                    .rope_theta
+                    .powf(-((2 * i) as f64) / config.head_dim as f64)
+            })
+            .collect();
+        Ok(Self {
+            config,
+            weights,
+            inv_freq,
+            pool,
+            isa: Isa::active(),
+            workspace: Mutex::new(Workspace::default()),
+        })
+    }
+
+    pub(crate) fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub(crate) fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    pub(crate) fn reencoded(&self) -> usize {
+        self.weights.reencoded
+    }
+
+    pub(crate) fn streamed_bytes(&self) -> usize {
+        self.weights.streamed_bytes()
+    }
+
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.weights.resident_bytes()
+    }
+
+    fn workspace(&self) -> std::sync::MutexGuard<'_, Workspace> {
+        self.workspace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs the rows (their caches must have room) and returns the final-normed hidden
+    /// states of all their tokens, `[tokens, hidden]`, rows in order.
+    pub(crate) fn forward(&self, rows: &mut [EngineRow<'_>]) -> Vec<f32> {
+        let mut ws = self.workspace();
+        self.forward_into(rows, &mut ws)
+    }
+
+    /// Logits `[n, vocab]` of final-normed hidden states `[n, hidden]`.
+    pub(crate) fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let (h, vocab) = (self.config.hidden_size, self.config.vocab_size);
+        let n = hidden.len() / h;
+        let mut ws = self.workspace();
+        ws.head.reset(n, h).copy_from_slice(&hidden[..n * h]);
+        ws.head.prepare_for(&[&self.weights.head], self.pool);
+        let mut logits = vec![0f32; n * vocab];
+        crate::cpu::matmul(
+            &mut [Task {
+                matrix: &self.weights.head,
+                input: &ws.head,
+                output: Output::Store {
+                    out: &mut logits,
+                    bias: None,
+                },
+            }],
+            self.pool,
+            self.isa,
+        );
+        logits
+    }
+
+    /// The greedy token of each hidden state (the lowest id among equal logits), without
+    /// materialising the logits.
+    pub(crate) fn argmax(&self, hidden: &[f32]) -> Vec<u32> {
+        let h = self.config.hidden_size;
+        let n = hidden.len() / h;
+        let mut ws = self.workspace();
+        argmax_with(self, &mut ws.head, &hidden[..n * h], n)
+    }
+}
+
+fn argmax_with(engine: &Engine, head: &mut LayerInput, hidden: &[f32], n: usize) -> Vec<u32> {
+    let h = engine.config.hidden_size;
+    head.reset(n, h).copy_from_slice(hidden);
+    head.prepare_for(&[&engine.weights.head], engine.pool);
+    let mut best = vec![(0u32, 0f32); n];
+    crate::cpu::matmul(
+        &mut [Task {
+            matrix: &engine.weights.head,
+            input: head,
+            output: Output::Argmax(&mut best),
+        }],
+        engine.pool,
+        engine.isa,
+    );
+    best.into_iter().map(|(i, _)| i).collect()
+}

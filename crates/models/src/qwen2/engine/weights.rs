@@ -1,0 +1,213 @@
+//! The engine's weights, read from the GGUF map and repacked into tiles.
+
+use candle_core::quantized::{QStorage, QTensor};
+use candle_core::Device;
+
+use crate::cpu::{PackedMatrix, ThreadPool, WeightFormat};
+
+use super::super::config::Qwen2Config;
+use super::super::error::{Qwen2Error, Result};
+use super::super::gguf::GgufFile;
+
+/// A token embedding kept in its stored format; rows are decoded one at a time.
+pub(crate) struct EmbeddingTable {
+    pub format: WeightFormat,
+    pub row_bytes: usize,
+    pub data: Vec<u8>,
+}
+
+pub(crate) struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub q: PackedMatrix,
+    pub k: PackedMatrix,
+    pub v: PackedMatrix,
+    pub q_bias: Vec<f32>,
+    pub k_bias: Vec<f32>,
+    pub v_bias: Vec<f32>,
+    pub o: PackedMatrix,
+    pub ffn_norm: Vec<f32>,
+    pub gate: PackedMatrix,
+    pub up: PackedMatrix,
+    pub down: PackedMatrix,
+}
+
+pub(crate) struct Weights {
+    pub embedding: EmbeddingTable,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>,
+    pub head: PackedMatrix,
+    /// Matmul weights stored in a format without a native kernel, re-encoded at load.
+    pub reencoded: usize,
+}
+
+fn load_error(name: &str, message: impl std::fmt::Display) -> Qwen2Error {
+    Qwen2Error::TensorLoad {
+        name: name.to_string(),
+        source: candle_core::Error::Msg(message.to_string()),
+    }
+}
+
+/// The bytes of a weight in a format with a native kernel: as stored, or re-encoded (Q8_0
+/// where rows are whole 32-value blocks, else F32).
+fn native_bytes(
+    gguf: &GgufFile,
+    name: &str,
+    dims: &[usize],
+    reencoded: &mut usize,
+) -> Result<(WeightFormat, Vec<u8>)> {
+    let raw = gguf.raw(name, dims)?;
+    let inp = dims[dims.len() - 1];
+    if let Some(format) = WeightFormat::from_ggml(raw.dtype) {
+        if format.row_bytes(inp).is_some() {
+            return Ok((format, raw.bytes.to_vec()));
+        }
+    }
+    let wrap = |source| Qwen2Error::Requantize {
+        name: name.to_string(),
+        from: raw.dtype,
+        source,
+    };
+    let stored = QTensor::new(
+        QStorage::from_data(
+            std::borrow::Cow::Borrowed(raw.bytes),
+            &Device::Cpu,
+            raw.dtype,
+        )
+        .map_err(wrap)?,
+        dims.to_vec(),
+    )
+    .map_err(wrap)?;
+    let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
+    let target = if inp % 32 == 0 {
+        WeightFormat::Q8_0
+    } else {
+        WeightFormat::F32
+    };
+    let encoded = QTensor::quantize(&dense, target.ggml()).map_err(wrap)?;
+    tracing::info!(tensor = name, from = ?raw.dtype, to = ?target, "no native CPU kernel for this format; re-encoded");
+    *reencoded += 1;
+    Ok((target, encoded.data().map_err(wrap)?.into_owned()))
+}
+
+struct Loader<'a> {
+    gguf: &'a GgufFile,
+    pool: &'a ThreadPool,
+    reencoded: usize,
+}
+
+impl Loader<'_> {
+    fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
+        let raw = self.gguf.raw(name, &[out, inp])?;
+        let packed = match WeightFormat::from_ggml(raw.dtype) {
+            Some(format) if format.row_bytes(inp).is_some() => {
+                PackedMatrix::from_gguf(format, out, inp, raw.bytes, self.pool)
+            }
+            _ => {
+                let (format, bytes) =
+                    native_bytes(self.gguf, name, &[out, inp], &mut self.reencoded)?;
+                PackedMatrix::from_gguf(format, out, inp, &bytes, self.pool)
+            }
+        };
+        packed.map_err(|e| load_error(name, e))
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let raw = self.gguf.raw(name, &[len])?;
+        let format = WeightFormat::from_ggml(raw.dtype)
+            .filter(|f| f.row_bytes(len).is_some())
+            .ok_or_else(|| load_error(name, format!("a vector stored as {:?}", raw.dtype)))?;
+        let mut out = vec![0f32; len];
+        crate::cpu::dequantize_row(format, raw.bytes, &mut out);
+        Ok(out)
+    }
+
+    fn bias(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        if self.gguf.has_tensor(name) {
+            self.vector(name, len)
+        } else {
+            Ok(vec![0.0; len])
+        }
+    }
+
+    fn embedding(&mut self, vocab: usize, hidden: usize) -> Result<EmbeddingTable> {
+        let name = "token_embd.weight";
+        let (format, data) = native_bytes(self.gguf, name, &[vocab, hidden], &mut self.reencoded)?;
+        let row_bytes = format
+            .row_bytes(hidden)
+            .ok_or_else(|| load_error(name, "rows are not whole blocks"))?;
+        Ok(EmbeddingTable {
+            format,
+            row_bytes,
+            data,
+        })
+    }
+}
+
+impl Weights {
+    pub(crate) fn load(gguf: &GgufFile, config: &Qwen2Config, pool: &ThreadPool) -> Result<Self> {
+        let mut l = Loader {
+            gguf,
+            pool,
+            reencoded: 0,
+        };
+        let (hidden, kv, ffn, vocab) = (
+            config.hidden_size,
+            config.kv_dim(),
+            config.intermediate_size,
+            config.vocab_size,
+        );
+        let embedding = l.embedding(vocab, hidden)?;
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for i in 0..config.num_layers {
+            let p = |n: &str| format!("blk.{i}.{n}");
+            layers.push(LayerWeights {
+                attn_norm: l.vector(&p("attn_norm.weight"), hidden)?,
+                q: l.matrix(&p("attn_q.weight"), hidden, hidden)?,
+                k: l.matrix(&p("attn_k.weight"), kv, hidden)?,
+                v: l.matrix(&p("attn_v.weight"), kv, hidden)?,
+                q_bias: l.bias(&p("attn_q.bias"), hidden)?,
+                k_bias: l.bias(&p("attn_k.bias"), kv)?,
+                v_bias: l.bias(&p("attn_v.bias"), kv)?,
+                o: l.matrix(&p("attn_output.weight"), hidden, hidden)?,
+                ffn_norm: l.vector(&p("ffn_norm.weight"), hidden)?,
+                gate: l.matrix(&p("ffn_gate.weight"), ffn, hidden)?,
+                up: l.matrix(&p("ffn_up.weight"), ffn, hidden)?,
+                down: l.matrix(&p("ffn_down.weight"), hidden, ffn)?,
+            });
+        }
+        let output_norm = l.vector("output_norm.weight", hidden)?;
+        let head_name = if gguf.has_tensor("output.weight") {
+            "output.weight"
+        } else {
+            "token_embd.weight"
+        };
+        let head = l.matrix(head_name, vocab, hidden)?;
+        Ok(Self {
+            embedding,
+            layers,
+            output_norm,
+            head,
+            reencoded: l.reencoded,
+        })
+    }
+
+    /// Bytes one decode step streams: every matmul weight once.
+    pub(crate) fn streamed_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        layers + self.head.bytes()
+    }
+
+    /// Bytes held in memory by the weights.
+    pub(crate) fn resident_bytes(&self) -> usize {
+        self.streamed_bytes() + self.embedding.data.len()
+    }
+}
