@@ -9,24 +9,32 @@ greedy decoding:
   n-gram drafters), which also measures the step costs and checks every speculative output
   against plain;
 - llama.cpp: `llama-completion` (plain) and `llama-speculative-simple` (draft model, K drafts)
-  on each prompt, plus `llama-bench` for its decode and small-batch costs.
+  on each prompt, plus `llama-bench` for its decode, small-batch (n = 1..8) and 1,500-token
+  prompt costs on the target and its decode and prompt costs on the drafter;
+- both: cold start to the first token (a fresh process generating one token from the first
+  prompt, timed from spawn to exit, with its peak resident memory), 3 runs each.
 
-Tokens per second count decode only (prompt processing excluded) on both sides. Writes
-specd.json, llama.json, report.md and the raw logs into the output directory.
+The "Engine" section sets specd's CPU engine (the `engine` object of `specd bench`) beside
+llama.cpp, each figure next to the target it should meet. Tokens per second count decode only
+(prompt processing excluded) on both sides. Every specd process runs with SPECD_THREADS set to
+the thread count llama.cpp gets. Writes specd.json, llama.json, cold_start.json, report.md and
+the raw logs into the output directory.
 """
 
 import argparse
 import json
+import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 
-def run(cmd, log_path, timeout=900):
+def run(cmd, log_path, timeout=900, env=None):
     started = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     elapsed = time.time() - started
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(map(str, cmd)) + "\n")
@@ -35,6 +43,23 @@ def run(cmd, log_path, timeout=900):
         log.write("\n--- stderr\n")
         log.write(proc.stderr)
     return proc
+
+
+def run_measured(cmd, log_path, env=None):
+    """(exit status, seconds from spawn to exit, peak resident memory in KiB) of one fresh
+    process; its output goes to the log."""
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(map(str, cmd)) + "\n")
+    with open(log_path, "a") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # wait4 rather than Popen.wait: it also returns the child's resource usage.
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.write(f"\n# exit {proc.returncode}, {elapsed:.3f} s, "
+                  f"peak RSS {usage.ru_maxrss} KiB\n")
+    return proc.returncode, elapsed, usage.ru_maxrss
 
 
 EVAL_RE = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
@@ -114,13 +139,28 @@ def llama_runs(args, prompts, out):
     return results
 
 
-def llama_bench(args, out):
-    """llama.cpp's own decode step and small-batch (verify-like) costs on the target."""
-    widths = ",".join(str(k + 1) for k in [0] + list(args.ks))
+# The long prompt of the prefill comparison (specd bench's engine section uses as many).
+PREFILL_TOKENS = 1500
+# Tokens of llama-bench's decode (tg) test.
+TG_TOKENS = 32
+# Fresh processes per tool for the cold start.
+COLD_RUNS = 3
+
+
+def verify_widths(args):
+    """Batch widths of the verify comparison: n = 1..8 and every swept K + 1."""
+    return sorted(set(range(1, 9)) | {k + 1 for k in args.ks})
+
+
+def llama_bench(args, model, prompts, log_path):
+    """llama.cpp's own costs of `model`: the decode step (tg), and per prompt width n the
+    batch time and tokens/s (pp; last-row logits only). Each is the median of llama-bench's
+    repetitions, as specd's figures are medians: its mean follows a single disturbed run."""
     proc = run(
-        [f"{args.llama_bin}/llama-bench", "-m", args.target, "-t", str(args.threads), "-r", "3",
-         "-p", widths, "-n", "16", "-o", "json"],
-        out / "llama-bench.log",
+        [f"{args.llama_bin}/llama-bench", "-m", model, "-t", str(args.threads), "-r", "3",
+         "-p", ",".join(map(str, prompts)), "-n", str(TG_TOKENS), "-o", "json"],
+        log_path,
+        timeout=3600,
     )
     if proc.returncode != 0:
         return None
@@ -131,12 +171,43 @@ def llama_bench(args, out):
     costs = {}
     for row in rows:
         n_prompt, n_gen = row.get("n_prompt", 0), row.get("n_gen", 0)
-        ms = row.get("avg_ns", 0) / 1e6
+        ms = statistics.median(row.get("samples_ns") or [row.get("avg_ns", 0)]) / 1e6
+        costs["model_size"] = row.get("model_size")
         if n_gen:
             costs["decode_ms"] = ms / n_gen
         elif n_prompt:
             costs[f"batch_{n_prompt}_ms"] = ms
+            costs[f"pp_{n_prompt}_tps"] = n_prompt / ms * 1e3 if ms > 0 else None
     return costs
+
+
+def cold_start(args, prompt, out):
+    """Cold start to the first token, both tools alternating: a fresh process that loads the
+    target and generates one token from `prompt`, timed from spawn to exit."""
+    env = dict(os.environ, SPECD_THREADS=str(args.threads))
+    tools = {
+        "specd": ([args.specd, "generate", "--target", args.target, "--prompt-ids",
+                   ",".join(map(str, prompt["ids"])), "--max-tokens", "1", "--no-draft"], env),
+        "llama.cpp": ([f"{args.llama_bin}/llama-completion", "-m", args.target, "-p",
+                       prompt["text"], "-n", "1", "-no-cnv", "--no-display-prompt", "-t",
+                       str(args.threads), "--temp", "0", "-c", "4096", "--seed", "1"], None),
+    }
+    runs = {name: [] for name in tools}
+    for i in range(COLD_RUNS):
+        for name, (cmd, cmd_env) in tools.items():
+            log = out / f"cold-{name.replace('.', '')}-{i}.log"
+            status, seconds, rss_kib = run_measured(cmd, log, cmd_env)
+            if status != 0:
+                raise RuntimeError(f"{name} cold start failed, see {log.name}")
+            runs[name].append({"seconds": seconds, "peak_rss_kib": rss_kib})
+    return {
+        name: {
+            "runs": samples,
+            "seconds_median": statistics.median(s["seconds"] for s in samples),
+            "peak_rss_bytes": max(s["peak_rss_kib"] for s in samples) * 1024,
+        }
+        for name, samples in runs.items()
+    }
 
 
 def rate(samples):
@@ -145,7 +216,99 @@ def rate(samples):
     return tokens / secs if secs > 0 else 0.0
 
 
-def report(args, specd, llama, lbench):
+def fmt(value, spec, suffix=""):
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def div(a, b):
+    return a / b if a is not None and b else None
+
+
+def engine_section(args, specd, lbench, lbench_drafter, cold):
+    """The "Engine" section: specd's CPU engine beside llama.cpp, each figure next to the
+    target it should meet."""
+    engine = specd.get("engine")
+    lines = ["", "## Engine", ""]
+    out = lines.append
+    if not engine:
+        out("specd reported no engine section (the target does not run on the CPU engine).")
+        return lines
+    lb, ld = lbench or {}, lbench_drafter or {}
+    target, drafter = engine["target"], engine.get("drafter") or {}
+    bandwidth = engine["read_bandwidth_gbs"] * 1e9
+    out(f"specd engine: {engine['kernels']} kernels, {engine['threads']} threads; measured "
+        f"read bandwidth {engine['read_bandwidth_gbs']:.1f} GB/s (best of 3 passes over 1 GiB). "
+        f"specd steps: median of {engine['step_reps']} at a {engine['context_tokens']}-token "
+        f"context; llama.cpp: llama-bench, median of 3 repetitions, tg{TG_TOKENS} and pp<n> (last-row "
+        f"logits only) from an empty context. Prefill: {engine['prefill_tokens']} tokens, specd "
+        f"in chunks of {engine['prefill_chunk']} into a fresh cache (median of "
+        f"{engine['prefill_reps']}), llama.cpp pp{PREFILL_TOKENS}. Cold start: median of "
+        f"{COLD_RUNS} fresh processes generating 1 token from the first prompt; peak RSS is the "
+        f"largest of them.")
+    out("")
+    out("| measure | specd | llama.cpp | specd ÷ llama.cpp | target | met |")
+    out("|---|---|---|---|---|---|")
+
+    def row(name, ours, theirs, spec, ratio=None, goal=None, ok=None, suffix=""):
+        met = "–" if ok is None else ("yes" if ok else "no")
+        out(f"| {name} | {fmt(ours, spec, suffix)} | {fmt(theirs, spec, suffix)} | "
+            f"{fmt(ratio, '.2f')} | {goal or '–'} | {met} |")
+
+    def check(value, test):
+        return None if value is None else test(value)
+
+    step, l_step = target["decode_step_ms"], lb.get("decode_ms")
+    step_ratio = div(step, l_step)
+    row("decode step, target (ms)", step, l_step, ".1f", step_ratio, "≤ 1.00× llama.cpp",
+        check(step_ratio, lambda r: r <= 1.00))
+    for n, cost in enumerate(target["verify_cost"], start=1):
+        l_cost = div(lb.get(f"batch_{n}_ms"), l_step)
+        goal, ok = ("≤ 1.35× own decode step", cost <= 1.35) if n == 5 else (None, None)
+        row(f"verify of {n} token{'s' if n > 1 else ''} (× own decode step)", cost, l_cost,
+            ".2f", None, goal, ok)
+    d_cost, l_d_cost = drafter.get("step_cost"), div(ld.get("decode_ms"), l_step)
+    row("draft step 0.5B ÷ target step 1.5B", d_cost, l_d_cost, ".2f", None, "≤ 0.40",
+        check(d_cost, lambda c: c <= 0.40))
+    row("decode step, drafter (ms)", drafter.get("decode_step_ms"), ld.get("decode_ms"), ".1f",
+        div(drafter.get("decode_step_ms"), ld.get("decode_ms")))
+    row("weight bytes streamed per target step (MB)", target["streamed_bytes"] / 1e6,
+        div(lb.get("model_size"), 1e6), ".0f")
+    use = target["bandwidth_use"] * 100
+    l_use = div(target["streamed_bytes"] / bandwidth * 1e5, l_step)
+    row("bandwidth use, target (bytes/step/time ÷ read bandwidth)", use, l_use, ".0f",
+        None, "≥ 90%", use >= 90, suffix="%")
+    if drafter:
+        row("bandwidth use, drafter", drafter["bandwidth_use"] * 100,
+            div(drafter["streamed_bytes"] / bandwidth * 1e5, ld.get("decode_ms")), ".0f",
+            suffix="%")
+    pp = f"pp_{PREFILL_TOKENS}_tps"
+    for name, ours, theirs in [("target", target, lb), ("drafter", drafter, ld)]:
+        tps = ours.get("prefill_tokens_per_second")
+        ratio = div(tps, theirs.get(pp))
+        row(f"prefill tok/s, {name} ({engine['prefill_tokens']} tokens)", tps, theirs.get(pp),
+            ".0f", ratio, f"≥ 1.00× llama.cpp pp{PREFILL_TOKENS}",
+            check(ratio, lambda r: r >= 1.00))
+    d_prefill = drafter.get("prefill_over_target")
+    row("drafter prefill ÷ target prefill (time)", d_prefill, div(lb.get(pp), ld.get(pp)),
+        ".2f", None, "≤ 0.40", check(d_prefill, lambda r: r <= 0.40))
+    gguf = os.path.getsize(args.target)
+    cold = cold or {}
+    rss = {name: div(cold.get(name, {}).get("peak_rss_bytes"), gguf)
+           for name in ("specd", "llama.cpp")}
+    row(f"peak RSS ÷ GGUF file ({gguf / 1e6:.0f} MB), cold start", rss["specd"],
+        rss["llama.cpp"], ".2f", div(rss["specd"], rss["llama.cpp"]), "≤ 1.30× the file",
+        check(rss["specd"], lambda r: r <= 1.30))
+    secs = {name: cold.get(name, {}).get("seconds_median") for name in ("specd", "llama.cpp")}
+    ratio = div(secs["specd"], secs["llama.cpp"])
+    row("cold start to first token (s)", secs["specd"], secs["llama.cpp"], ".2f", ratio,
+        "≤ 1.50× llama.cpp", check(ratio, lambda r: r <= 1.50))
+    out("")
+    out("llama.cpp's bandwidth use counts the weight bytes specd streams per step over "
+        "llama.cpp's step time; its bytes row is llama-bench's model size.")
+    return lines
+
+
+def report(args, specd, llama, lbench, lbench_drafter, cold):
     lines = []
     out = lines.append
     plain_llama = rate(llama["plain"])
@@ -199,7 +362,7 @@ def report(args, specd, llama, lbench):
     if lbench:
         step = lbench.get("decode_ms")
         parts = []
-        for n in [k + 1 for k in [0] + list(args.ks)]:
+        for n in verify_widths(args):
             ms = lbench.get(f"batch_{n}_ms")
             if ms is not None and step:
                 parts.append(f"n={n}: {ms:.1f} ms ({ms / step:.2f})")
@@ -210,6 +373,7 @@ def report(args, specd, llama, lbench):
         out("**specd speculative output differed from plain:**")
         for m in specd["mismatches"]:
             out(f"- {m}")
+    lines.extend(engine_section(args, specd, lbench, lbench_drafter, cold))
     return "\n".join(lines) + "\n"
 
 
@@ -230,6 +394,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
 
     print("specd bench --sweep ...", file=sys.stderr)
+    env = dict(os.environ, SPECD_THREADS=str(args.threads))
     proc = run(
         [args.specd, "bench", "--target", args.target, "--drafter", args.drafter,
          "--sweep", ",".join(map(str, args.ks)), "--sweep-drafts", "draft-model,ngram",
@@ -237,6 +402,7 @@ def main():
         + (["--prompts", args.prompts] if args.prompts else []),
         out / "specd-bench.log",
         timeout=5400,
+        env=env,
     )
     if not proc.stdout.strip():
         sys.exit(f"specd bench failed (exit {proc.returncode}), see {out / 'specd-bench.log'}")
@@ -247,14 +413,25 @@ def main():
     print("llama.cpp plain and speculative ...", file=sys.stderr)
     llama = llama_runs(args, specd["prompts"], out)
     print("llama-bench ...", file=sys.stderr)
-    lbench = llama_bench(args, out)
-    (out / "llama.json").write_text(json.dumps({"runs": llama, "bench": lbench}, indent=1,
-                                               default=str))
+    lbench = llama_bench(args, args.target, verify_widths(args) + [PREFILL_TOKENS],
+                         out / "llama-bench.log")
+    lbench_drafter = llama_bench(args, args.drafter, [PREFILL_TOKENS],
+                                 out / "llama-bench-drafter.log")
+    (out / "llama.json").write_text(json.dumps(
+        {"runs": llama, "bench": lbench, "bench_drafter": lbench_drafter}, indent=1,
+        default=str))
+    print("cold start ...", file=sys.stderr)
+    try:
+        cold = cold_start(args, specd["prompts"][0], out)
+    except (RuntimeError, subprocess.SubprocessError, OSError) as error:
+        print(f"cold start: {error}", file=sys.stderr)
+        cold = None
+    (out / "cold_start.json").write_text(json.dumps(cold, indent=1))
     for i, (p, l) in enumerate(zip(specd["prompts"], llama["plain"])):
         agree = same_prefix(p["plain_text"], l["text"])
         print(f"prompt {i}: specd plain text {'==' if agree else '!='} llama.cpp plain text",
               file=sys.stderr)
-    text = report(args, specd, llama, lbench)
+    text = report(args, specd, llama, lbench, lbench_drafter, cold)
     (out / "report.md").write_text(text)
     print(text)
     if specd_failed:

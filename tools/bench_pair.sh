@@ -2,15 +2,22 @@
 # specd and llama.cpp side by side on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair, in one
 # run: specd plain and speculative (draft-model and n-gram, K = 1..6 drafts per round) and
 # llama.cpp plain and speculative (the same draft model and K), same prompts, same number of
-# new tokens, greedy. Prints a markdown report (tokens/s, ratios, acceptance, step costs,
-# whether each tool's speculative output equals its plain output).
+# new tokens, greedy. Then the engines themselves: specd bench's engine section (memory read
+# bandwidth, decode step and the share of that bandwidth it uses, verify of 1..8 tokens, draft
+# step, prefill of a 1,500-token prompt on both models) against llama-bench (tg32, pp1..8 and
+# pp1500 on the target, tg32 and pp1500 on the drafter), and the cold start to the first token
+# of a fresh `specd generate` and `llama-completion` process (median of 3, with peak RSS).
+# Prints a markdown report (tokens/s, ratios, acceptance, step costs, whether each tool's
+# speculative output equals its plain output, and the "Engine" table, each figure beside its
+# target).
 #
 # Usage: tools/bench_pair.sh [OUT_DIR]
 #   OUT_DIR defaults to target/bench_pair/<timestamp>; it receives report.md, specd.json,
-#   llama.json and every raw log.
+#   llama.json, cold_start.json and every raw log.
 # Environment: MAX_TOKENS (default 40), KS (default 1,2,3,4,5,6), THREADS (default: all
-#   cores), PROMPTS (a file, one prompt a line; default: specd bench's built-in code and
-#   prose prompts), SPECD_MODEL_DIR, SPECD_LLAMACPP_DIR, CARGO_TARGET_DIR.
+#   cores; llama.cpp's -t and SPECD_THREADS of every specd process), PROMPTS (a file, one
+#   prompt a line; default: specd bench's built-in code and prose prompts), SPECD_MODEL_DIR,
+#   SPECD_LLAMACPP_DIR, CARGO_TARGET_DIR.
 #
 # Fetches the pair (tools/fetch_qwen_pair.sh) and builds llama.cpp (tools/build_llamacpp.sh)
 # and specd (release) when needed. Needs python3 for the driver (tools/bench_pair.py).
@@ -23,8 +30,12 @@ ks=${KS:-1,2,3,4,5,6}
 threads=${THREADS:-$(nproc)}
 out=${1:-$repo/target/bench_pair/$(date -u +%Y%m%dT%H%M%SZ)}
 
+target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+
 "$repo/tools/fetch_qwen_pair.sh" "$models"
-llama_bin=$("$repo/tools/build_llamacpp.sh")
+# The probe makes the build prove it runs batches of the target (see build_llamacpp.sh).
+llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
 (cd "$repo" && cargo build --release -p specd)
 specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
 
@@ -35,8 +46,7 @@ mkdir -p "$out"
     echo "load before: $(uptime)"
 } | tee "$out/machine.txt"
 python3 "$repo/tools/bench_pair.py" --specd "$specd" --llama-bin "$llama_bin" \
-    --target "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
-    --drafter "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+    --target "$target" --drafter "$drafter" \
     --max-tokens "$max_tokens" --ks "$ks" --threads "$threads" --out "$out" \
     ${PROMPTS:+--prompts "$PROMPTS"}
 echo "load after: $(uptime)" | tee -a "$out/machine.txt"

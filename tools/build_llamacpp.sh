@@ -9,6 +9,11 @@
 # llama-speculative, llama-speculative-simple) on stdout. Idempotent: a finished build is
 # reused, an interrupted one resumed.
 #
+# With LLAMACPP_PROBE_MODEL=FILE.gguf, the native build must also run a 4-token batch of
+# that model: on some machines (seen on a Xeon with AMX under KVM) ggml's AMX matmul
+# crashes on every batch of two or more tokens, and then a second build with AMX left out
+# (build-noamx, everything else native) is used instead; a line on stderr says so.
+#
 # Needs python3 with pip (only to download the sdist), cmake and a C++ compiler
 # (Debian: apt-get install cmake g++).
 set -euo pipefail
@@ -27,12 +32,36 @@ bin=$tree/build/bin
 all_built() {
     local t
     for t in "${TARGETS[@]}"; do
-        [ -x "$bin/$t" ] || return 1
+        [ -x "$1/$t" ] || return 1
     done
 }
 
-if all_built; then
+# Whether the binaries in $1 run a small batch of the probe model (always true without one).
+batches_run() {
+    [ -z "${LLAMACPP_PROBE_MODEL:-}" ] && return 0
+    "$1/llama-bench" -m "$LLAMACPP_PROBE_MODEL" -t 2 -r 1 -p 4 -n 0 >/dev/null 2>&1
+}
+
+# Builds the targets into $1 with extra C/C++ flags $2.
+build() {
+    log "configuring $1 (Release, native CPU${2:+, $2}, no CUDA, no network)"
+    cmake -B "$1" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_CUDA=OFF \
+        -DCMAKE_C_FLAGS="$2" -DCMAKE_CXX_FLAGS="$2" \
+        -DLLAMA_BUILD_COMMIT="$COMMIT" -DLLAMA_BUILD_NUMBER=0 >&2
+    log "building ${TARGETS[*]} (several minutes on 2 cores)"
+    cmake --build "$1" -j"$(nproc)" --target "${TARGETS[@]}" >&2
+    all_built "$1/bin" || { log "error: a target is missing in $1/bin"; exit 1; }
+}
+
+noamx=$tree/build-noamx/bin
+if all_built "$bin" && batches_run "$bin"; then
     echo "$bin"
+    exit 0
+fi
+if all_built "$noamx" && batches_run "$noamx"; then
+    log "using the build without AMX (the native build's batches crash here)"
+    echo "$noamx"
     exit 0
 fi
 
@@ -55,11 +84,14 @@ if [ ! -f "$tree/CMakeLists.txt" ]; then
 fi
 
 cd "$tree"
-log "configuring (Release, native CPU, no CUDA, no network)"
-cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_CUDA=OFF \
-    -DLLAMA_BUILD_COMMIT="$COMMIT" -DLLAMA_BUILD_NUMBER=0 >&2
-log "building ${TARGETS[*]} (several minutes on 2 cores)"
-cmake --build build -j"$(nproc)" --target "${TARGETS[@]}" >&2
-all_built || { log "error: a target is missing in $bin"; exit 1; }
-echo "$bin"
+all_built "$bin" || build build ""
+if batches_run "$bin"; then
+    echo "$bin"
+    exit 0
+fi
+log "the native build crashes on a 4-token batch of $LLAMACPP_PROBE_MODEL; building without AMX"
+# GCC gives explicit -mno-* flags precedence over -march=native, whatever their order.
+build build-noamx "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+batches_run "$noamx" || { log "error: the build without AMX crashes too"; exit 1; }
+log "using the build without AMX"
+echo "$noamx"

@@ -25,6 +25,8 @@ pub enum ModelError {
     Invalid(String),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    Gguf(#[from] crate::qwen2::Qwen2Error),
 }
 
 impl ModelError {

@@ -1,5 +1,6 @@
 //! candle models for specd: the Gemma 4 target, and the loaders and kernels they share.
 
+pub mod causal_lm;
 pub mod checkpoint;
 pub mod cpu;
 pub mod error;
@@ -8,5 +9,8 @@ pub mod gemma4;
 pub mod gemma4_assistant;
 pub mod linear;
 pub mod qwen2;
+pub mod source;
 
+pub use causal_lm::{CausalLm, OutputRows, SeqBlock};
 pub use error::{ModelError, Result};
+pub use source::ModelSource;

@@ -4,6 +4,7 @@
 
 mod costs;
 mod embedded;
+mod engine;
 mod load;
 mod prompts;
 mod report;
@@ -25,6 +26,7 @@ use specd_router::DraftSource;
 use specd_verifier::{Gemma4Target, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
 
 use self::embedded::{EmbeddedDrafter, EmbeddedSuite};
+use self::engine::EngineReport;
 use self::prompts::Prompt;
 use self::report::ModeResult;
 use crate::device::{DTypeArg, DeviceArg};
@@ -95,11 +97,6 @@ fn levels_of(levels: &[u64]) -> Vec<usize> {
     levels.iter().map(|&c| c as usize).collect()
 }
 
-fn is_gguf(path: &std::path::Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-}
-
 pub fn run(args: BenchArgs) -> Result<()> {
     if args.max_tokens < 2 {
         bail!("max_tokens: needs at least 2 for a round to be timed");
@@ -107,8 +104,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let gguf = crate::generate::detect(&args.target, "target")?.is_gguf();
     runtime.block_on(async move {
-        if is_gguf(&args.target) {
+        if gguf {
             run_gguf(&args).await
         } else {
             run_gemma(&args).await
@@ -193,7 +191,7 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
         Some(levels) => {
             load::bench(args, &levels_of(levels), target, prompts, embedded, split).await
         }
-        None => bench_pair(args, target, prompts, embedded, split).await,
+        None => bench_pair(args, target, prompts, embedded, split, None).await,
     }
 }
 
@@ -237,7 +235,15 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         Some(levels) => {
             load::bench(args, &levels_of(levels), target, prompts, embedded, split).await
         }
-        None => bench_pair(args, target, prompts, embedded, split).await,
+        None => {
+            prompts::check_vocab(&prompts, vocab)?;
+            let draft_model = match &embedded {
+                EmbeddedDrafter::DraftModel(dm) => Some(dm.engine().model()),
+                _ => None,
+            };
+            let engine = engine::measure_gguf(&target, draft_model, &text, &prompts[0].ids)?;
+            bench_pair(args, target, prompts, embedded, split, engine).await
+        }
     }
 }
 
@@ -268,6 +274,7 @@ async fn sweep_gguf(
     let context = &prompts[0].ids;
     let mut verify = costs::measure_target(&*target, context, max_width, COST_REPS)?;
     let mut draft_step = None;
+    let mut engine = None;
     let mut drafters = Vec::new();
     for draft in drafts {
         let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
@@ -281,6 +288,7 @@ async fn sweep_gguf(
                     context,
                     COST_REPS * 2,
                 )?);
+                engine = engine::measure_gguf(&target, Some(dm.engine().model()), text, context)?;
                 ("draft-model", EmbeddedDrafter::DraftModel(Box::new(dm)))
             }
             EmbeddedDraft::Ngram => ("ngram", EmbeddedDrafter::Ngram),
@@ -290,6 +298,9 @@ async fn sweep_gguf(
             name,
             suite: EmbeddedSuite::new(verifier, embedded),
         });
+    }
+    if engine.is_none() {
+        engine = engine::measure_gguf(&target, None, text, context)?;
     }
     // The target's costs again after the drafter's, so a load change during the run shows.
     let again = costs::measure_target(&*target, context, max_width, COST_REPS)?;
@@ -322,6 +333,7 @@ async fn sweep_gguf(
         out["drafter"] = json!(args.drafter.as_ref().map(|p| p.display().to_string()));
         out["max_tokens"] = json!(args.max_tokens);
         out["runs"] = json!(args.runs);
+        out["engine"] = json!(engine.as_ref().map(EngineReport::json));
         println!("{out}");
     } else {
         println!(
@@ -332,6 +344,9 @@ async fn sweep_gguf(
             args.max_tokens
         );
         print!("{}", costs.table());
+        if let Some(engine) = &engine {
+            print!("{}", engine.table());
+        }
         println!(
             "cost = mean round cost in decode steps (drafts x draft step + verify(width)); \
              geo = (1-a^(K+1))/(1-a) / (K c_draft + c_verify(K+1)); pos = tok/rd / cost"
@@ -390,6 +405,7 @@ async fn bench_pair<T: TargetModel>(
     prompts: Vec<Prompt>,
     embedded: EmbeddedDrafter,
     split: Option<DraftSource>,
+    engine: Option<EngineReport>,
 ) -> Result<()> {
     prompts::check_vocab(&prompts, target.vocab_size())?;
     let eos = target.eos_token_ids();
@@ -471,6 +487,7 @@ async fn bench_pair<T: TargetModel>(
             "runs": args.runs,
             "modes": modes.iter().map(|m| report::mode_json(m, base)).collect::<Vec<_>>(),
             "wire": wire.as_ref().map(|w| w.iter().map(wire::WireRow::json).collect::<Vec<_>>()),
+            "engine": engine.as_ref().map(EngineReport::json),
         });
         println!("{out}");
     } else {
@@ -485,6 +502,10 @@ async fn bench_pair<T: TargetModel>(
         if let Some(wire) = &wire {
             println!();
             print!("{}", wire::table(wire));
+        }
+        if let Some(engine) = &engine {
+            println!();
+            print!("{}", engine.table());
         }
     }
     Ok(())

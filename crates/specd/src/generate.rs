@@ -12,6 +12,7 @@ use specd_core::{
     BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, NgramDrafter,
     RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
 };
+use specd_models::ModelSource;
 use specd_verifier::{
     Gemma4Target, LocalVerifier, Qwen2Target, TargetCarry, TargetModel, VerifierLimits,
 };
@@ -151,30 +152,34 @@ fn prompt_ids_from(args: &GenerateArgs, encode: Option<Encode<'_>>) -> Result<Ve
     }
 }
 
-/// A GGUF model file (a directory is a safetensors checkpoint).
-pub fn is_gguf(path: &std::path::Path) -> bool {
-    path.is_file()
-        && path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+/// What a model path holds; `role` (`target`, `drafter`) names it in the error.
+pub fn detect(path: &std::path::Path, role: &str) -> Result<ModelSource> {
+    ModelSource::detect(path).with_context(|| format!("loading the {role} from {}", path.display()))
 }
 
 pub fn run(mut args: GenerateArgs) -> Result<()> {
     // A drafter without --draft picks its kind from the checkpoint: a GGUF file is a draft
-    // model, a directory a Gemma 4 assistant.
+    // model, a Gemma 4 assistant directory an MTP drafter.
     if args.draft.is_none() && !args.no_draft {
-        args.draft = args.drafter.as_deref().map(|p| {
-            if is_gguf(p) {
-                EmbeddedDraft::DraftModel
-            } else {
-                EmbeddedDraft::Mtp
-            }
-        });
+        if let Some(path) = args.drafter.as_deref() {
+            args.draft = Some(match detect(path, "drafter")? {
+                ModelSource::Gguf { .. } => EmbeddedDraft::DraftModel,
+                ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
+                ModelSource::Gemma4 { .. } => bail!(
+                    "--drafter {}: a Gemma 4 target checkpoint, not a drafter (an assistant \
+                     directory or a GGUF draft model)",
+                    path.display()
+                ),
+            });
+        }
     }
-    if is_gguf(&args.target) {
-        run_gguf(args)
-    } else {
-        run_safetensors(args)
+    match detect(&args.target, "target")? {
+        ModelSource::Gguf { .. } => run_gguf(args),
+        ModelSource::Gemma4 { .. } => run_safetensors(args),
+        ModelSource::Gemma4Assistant { dir } => bail!(
+            "--target {}: a Gemma 4 assistant (a drafter), not a target",
+            dir.display()
+        ),
     }
 }
 

@@ -1,28 +1,26 @@
-//! The `draft-model` kind: an independent small LM (a Qwen2 GGUF) with its own KV cache per
-//! session. Each round ships only the committed tokens; the cache keeps what the drafter fed
+//! The `draft-model` kind: an independent small LM (any [`CausalLm`]; a Qwen2 GGUF from the
+//! command line) with its own KV cache per session. Each round ships only the committed tokens; the cache keeps what the drafter fed
 //! last round where it agrees with them and is rolled back past the first rejection.
 
 use std::path::Path;
 
 use candle_core::Device;
-use specd_models::qwen2::{KvCache, LoadOptions, Qwen2Model};
+use specd_models::qwen2::{LoadOptions, Qwen2Model};
+use specd_models::{CausalLm, OutputRows, SeqBlock};
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };
 
-/// Prompt tokens fed to the drafter per forward when a session opens.
-const PREFILL_CHUNK: usize = 256;
-
-pub struct DraftModelEngine {
-    model: Qwen2Model,
+pub struct DraftModelEngine<M: CausalLm = Qwen2Model> {
+    model: M,
     name: String,
     max_draft_tokens: usize,
 }
 
-pub struct DraftModelSession {
-    cache: KvCache,
+pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
+    cache: C,
     /// Tokens in the target cache.
     committed_len: usize,
     /// Committed tokens not yet in the drafter's cache.
@@ -35,7 +33,8 @@ fn internal(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
 }
 
-impl DraftModelEngine {
+impl DraftModelEngine<Qwen2Model> {
+    /// Loads a GGUF draft model.
     pub fn load(
         path: &Path,
         device: &Device,
@@ -47,34 +46,48 @@ impl DraftModelEngine {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Ok(Self {
+        Ok(Self::new(model, name, max_draft_tokens))
+    }
+}
+
+impl<M: CausalLm> DraftModelEngine<M> {
+    pub fn new(model: M, name: String, max_draft_tokens: usize) -> Self {
+        Self {
             model,
             name,
             max_draft_tokens,
-        })
+        }
     }
 
-    pub fn model(&self) -> &Qwen2Model {
+    pub fn model(&self) -> &M {
         &self.model
     }
 
     /// The greedy token after `tokens` (on CPU the logits are never materialised).
-    fn next_token(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32, EngineError> {
-        self.model
-            .forward_block_argmax(tokens, cache)
-            .map_err(internal)
+    fn next_token(&self, tokens: &[u32], cache: &mut M::Cache) -> Result<u32, EngineError> {
+        let mut rows = [SeqBlock { cache, tokens }];
+        let last = self
+            .model
+            .forward(&mut rows, OutputRows::Last)
+            .map_err(internal)?
+            .pop()
+            .ok_or_else(|| EngineError::Internal("the draft model returned no row".into()))?;
+        let best = self.model.argmax(&last).map_err(internal)?;
+        best.first()
+            .copied()
+            .ok_or_else(|| EngineError::Internal("the draft model returned no token".into()))
     }
 }
 
-impl DraftEngine for DraftModelEngine {
-    type Session = DraftModelSession;
+impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
+    type Session = DraftModelSession<M::Cache>;
 
     fn info(&self) -> EngineInfo {
         EngineInfo {
             kind: DrafterKind::DraftModel,
             model: self.name.clone(),
             max_draft_tokens: self.max_draft_tokens,
-            vocab_size: self.model.config().vocab_size,
+            vocab_size: self.model.vocab_size(),
         }
     }
 
@@ -82,7 +95,7 @@ impl DraftEngine for DraftModelEngine {
         self.model.device()
     }
 
-    fn open(&self, open: OpenSession) -> Result<DraftModelSession, EngineError> {
+    fn open(&self, open: OpenSession) -> Result<Self::Session, EngineError> {
         let SessionSource::Context(tokens) = open.source else {
             return Err(EngineError::invalid(
                 "open.source",
@@ -99,17 +112,21 @@ impl DraftEngine for DraftModelEngine {
                 ),
             ));
         }
-        let vocab = self.model.config().vocab_size;
+        let vocab = self.model.vocab_size();
         if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab) {
             return Err(EngineError::invalid(
                 &format!("open.context_ids[{i}]"),
                 format!("token id {} is not below {vocab}", tokens[i]),
             ));
         }
-        let mut cache = self.model.new_cache().map_err(internal)?;
-        for piece in tokens.chunks(PREFILL_CHUNK) {
+        let mut cache = self.model.new_cache(0).map_err(internal)?;
+        for piece in tokens.chunks(self.model.default_prefill_chunk().max(1)) {
+            let mut rows = [SeqBlock {
+                cache: &mut cache,
+                tokens: piece,
+            }];
             self.model
-                .forward_block_hidden(piece, &mut cache)
+                .forward(&mut rows, OutputRows::None)
                 .map_err(internal)?;
         }
         Ok(DraftModelSession {
@@ -120,11 +137,11 @@ impl DraftEngine for DraftModelEngine {
         })
     }
 
-    fn committed_len(&self, session: &DraftModelSession) -> usize {
+    fn committed_len(&self, session: &Self::Session) -> usize {
         session.committed_len
     }
 
-    fn apply(&self, session: &mut DraftModelSession, carry: DraftCarry) -> Result<(), EngineError> {
+    fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError> {
         let DraftCarry::Tokens(committed) = carry else {
             return Err(EngineError::invalid(
                 "draft.carry",
@@ -135,7 +152,7 @@ impl DraftEngine for DraftModelEngine {
             return Ok(());
         }
         // What the drafter fed last round stays valid up to the first token the target did not commit.
-        let cached = session.cache.len();
+        let cached = self.model.cache_len(&session.cache);
         let speculated_from = cached - session.speculated.len();
         let agree = if session.pending.is_empty() && speculated_from == session.committed_len {
             session
@@ -147,9 +164,8 @@ impl DraftEngine for DraftModelEngine {
         } else {
             0
         };
-        session
-            .cache
-            .truncate(speculated_from + agree)
+        self.model
+            .truncate(&mut session.cache, speculated_from + agree)
             .map_err(internal)?;
         session.pending.extend_from_slice(&committed[agree..]);
         session.speculated.clear();
@@ -157,12 +173,8 @@ impl DraftEngine for DraftModelEngine {
         Ok(())
     }
 
-    fn draft(
-        &self,
-        session: &mut DraftModelSession,
-        step: DraftStep,
-    ) -> Result<Vec<u32>, EngineError> {
-        let vocab = self.model.config().vocab_size;
+    fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError> {
+        let vocab = self.model.vocab_size();
         if step.bonus as usize >= vocab {
             return Err(EngineError::invalid(
                 "draft.bonus",

@@ -1,11 +1,11 @@
-//! The target models a verifier can run.
+//! The target models a verifier can run: any [`CausalLm`] of the models crate.
 
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use specd_models::gemma4::{
-    BlockInput, Gemma4Model, LayerKind, OutputRows, SequenceCache, SharedKv, DEFAULT_PREFILL_CHUNK,
-};
+use specd_models::gemma4::{Gemma4Model, SharedKv};
+use specd_models::qwen2::{LoadOptions, Qwen2Model};
+use specd_models::{CausalLm, OutputRows, SeqBlock};
 
 use crate::error::VerifierError;
 
@@ -62,77 +62,90 @@ pub trait TargetModel: Send + Sync + 'static {
 /// Most tokens a verify block may roll back.
 pub const MAX_ROLLBACK: usize = 16;
 
-pub struct Gemma4Target {
-    model: Gemma4Model,
+/// A causal LM as a verifier's target: the model, its end-of-sequence ids and the rows a
+/// prompt is prefilled in.
+pub struct LmTarget<M: CausalLm> {
+    model: M,
+    eos: Vec<u32>,
     prefill_chunk: usize,
 }
 
-impl Gemma4Target {
-    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, VerifierError> {
-        Ok(Self {
-            model: Gemma4Model::load(dir, dtype, device)?,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
-        })
+/// The Gemma 4 target (safetensors directory).
+pub type Gemma4Target = LmTarget<Gemma4Model>;
+
+/// The Qwen2 target (GGUF file): the real Qwen2.5-Coder model of the demo and benchmarks.
+pub type Qwen2Target = LmTarget<Qwen2Model>;
+
+impl<M: CausalLm> LmTarget<M> {
+    pub fn new(model: M, eos: Vec<u32>) -> Self {
+        let prefill_chunk = model.default_prefill_chunk();
+        Self {
+            model,
+            eos,
+            prefill_chunk,
+        }
     }
 
-    /// Prefills in pieces of `chunk` rows (at least 1). Pieces above the exact-kernel row
-    /// limit run on GEMM, so a solo run and a batched server compare equal only with the
-    /// same chunk.
+    /// Prefills in pieces of `chunk` rows (at least 1). Where a family's kernels depend on
+    /// the row count (Gemma 4 on GEMM above the exact-kernel limit), a solo run and a
+    /// batched server compare equal only with the same chunk.
     pub fn with_prefill_chunk(mut self, chunk: usize) -> Self {
         self.prefill_chunk = chunk.max(1);
         self
     }
 
-    pub fn model(&self) -> &Gemma4Model {
+    pub fn model(&self) -> &M {
         &self.model
     }
 }
 
-impl TargetModel for Gemma4Target {
-    type Cache = SequenceCache;
+impl Gemma4Target {
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, VerifierError> {
+        let model = Gemma4Model::load(dir, dtype, device)?;
+        let eos = model.config().eos_token_ids.clone();
+        Ok(Self::new(model, eos))
+    }
+}
+
+impl Qwen2Target {
+    /// Loads a GGUF file; `eos` are the end-of-sequence ids (from its tokenizer).
+    pub fn load(path: &Path, device: &Device, eos: Vec<u32>) -> Result<Self, VerifierError> {
+        let model = Qwen2Model::load_with(path, device, &LoadOptions::default())
+            .map_err(specd_models::ModelError::from)?;
+        Ok(Self::new(model, eos))
+    }
+}
+
+impl<M: CausalLm> TargetModel for LmTarget<M> {
+    type Cache = M::Cache;
 
     fn vocab_size(&self) -> usize {
-        self.model.config().vocab_size
+        self.model.vocab_size()
     }
 
     fn max_context(&self) -> usize {
-        self.model.config().max_position_embeddings
+        self.model.max_context()
     }
 
     fn eos_token_ids(&self) -> Vec<u32> {
-        self.model.config().eos_token_ids.clone()
+        self.eos.clone()
     }
 
-    fn new_cache(&self) -> Result<SequenceCache, VerifierError> {
-        Ok(self.model.new_cache(MAX_ROLLBACK))
+    fn new_cache(&self) -> Result<M::Cache, VerifierError> {
+        Ok(self.model.new_cache(MAX_ROLLBACK)?)
     }
 
-    fn cache_len(&self, cache: &SequenceCache) -> usize {
-        cache.len()
+    fn cache_len(&self, cache: &M::Cache) -> usize {
+        self.model.cache_len(cache)
     }
 
-    fn cache_bytes(&self, cache: &SequenceCache) -> usize {
-        cache.kv_bytes()
+    fn cache_bytes(&self, cache: &M::Cache) -> usize {
+        self.model.cache_bytes(cache)
     }
 
     fn kv_bytes_bound(&self, tokens: usize) -> usize {
-        let cfg = self.model.config();
-        let elem = self.model.dtype().size_in_bytes();
-        // A sliding layer keeps the window plus the rollback slack, and briefly one more
-        // forward's rows before trimming.
-        let sliding_rows = cfg.sliding_window + MAX_ROLLBACK + self.prefill_chunk;
-        cfg.layers
-            .iter()
-            .enumerate()
-            .filter(|(i, layer)| layer.kv_source == *i)
-            .map(|(_, layer)| {
-                let rows = match layer.kind {
-                    LayerKind::Sliding => tokens.min(sliding_rows),
-                    LayerKind::Full => tokens,
-                };
-                2 * layer.num_kv_heads * layer.head_dim * rows * elem
-            })
-            .sum()
+        self.model
+            .kv_bytes_bound(tokens, self.prefill_chunk, MAX_ROLLBACK)
     }
 
     fn prefill_chunk_len(&self) -> usize {
@@ -141,17 +154,20 @@ impl TargetModel for Gemma4Target {
 
     fn prefill_piece(
         &self,
-        cache: &mut SequenceCache,
+        cache: &mut M::Cache,
         piece: &[u32],
         last: bool,
     ) -> Result<Option<Tensor>, VerifierError> {
-        // The very steps of `Gemma4Model::prefill`: no output rows until the final piece.
+        if piece.is_empty() {
+            return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
+        }
+        // No output rows until the final piece.
         let mode = if last {
             OutputRows::Last
         } else {
             OutputRows::None
         };
-        let mut rows = [BlockInput {
+        let mut rows = [SeqBlock {
             cache,
             tokens: piece,
         }];
@@ -168,11 +184,14 @@ impl TargetModel for Gemma4Target {
 
     fn forward_blocks(
         &self,
-        rows: &mut [(&mut SequenceCache, &[u32])],
+        rows: &mut [(&mut M::Cache, &[u32])],
     ) -> Result<Vec<Tensor>, VerifierError> {
-        let mut inputs: Vec<BlockInput<'_>> = rows
+        let mut inputs: Vec<SeqBlock<'_, M::Cache>> = rows
             .iter_mut()
-            .map(|(cache, tokens)| BlockInput { cache, tokens })
+            .map(|(cache, tokens)| SeqBlock {
+                cache: &mut **cache,
+                tokens,
+            })
             .collect();
         Ok(self.model.forward(&mut inputs, OutputRows::All)?)
     }
@@ -181,16 +200,16 @@ impl TargetModel for Gemma4Target {
         Ok(self.model.logits(hidden)?)
     }
 
-    fn truncate(&self, cache: &mut SequenceCache, len: usize) -> Result<(), VerifierError> {
-        Ok(cache.truncate(len)?)
+    fn truncate(&self, cache: &mut M::Cache, len: usize) -> Result<(), VerifierError> {
+        Ok(self.model.truncate(cache, len)?)
     }
 
     fn shared_kv(
         &self,
-        cache: &SequenceCache,
+        cache: &M::Cache,
         from: usize,
         to: usize,
     ) -> Result<Option<SharedKv>, VerifierError> {
-        Ok(Some(self.model.shared_kv(cache, from, to)?))
+        Ok(self.model.shared_kv(cache, from, to)?)
     }
 }

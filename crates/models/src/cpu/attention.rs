@@ -1,14 +1,22 @@
-//! Causal attention of a packed batch over host K/V: one work unit per (token, KV head),
-//! which reads each cached K and V row once for all the query heads of its group.
+//! Causal attention of a packed batch over host K/V.
+//!
+//! A work unit is one KV head of a block of up to [`QUERY_BLOCK`] consecutive tokens of one
+//! sequence: it reads each cached K and V row once for every query head of its group and
+//! every token of the block. Each (token, head) output is still computed by one fixed
+//! sequence of operations (its scores in key order, its softmax, its weighted sum in key
+//! order), so the block a token lands in never changes its result.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::isa::Isa;
 use super::kv::KvBuffers;
-use super::ops::{axpy, dot, softmax};
 use super::pool::ThreadPool;
-use super::with_isa;
+
+/// Tokens of one sequence a unit serves.
+const QUERY_BLOCK: usize = 8;
+
+const LANES: usize = 16;
 
 /// Where one sequence's tokens sit in the packed batch and in its cache.
 #[derive(Debug, Clone, Copy)]
@@ -33,15 +41,30 @@ thread_local! {
 
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: each unit writes the disjoint output of its own (token, KV head).
+// SAFETY: each unit writes the disjoint outputs of its own tokens and heads.
 unsafe impl Sync for OutPtr {}
 unsafe impl Send for OutPtr {}
 
 impl OutPtr {
-    fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: callers stay within the output buffer.
-        unsafe { self.0.add(offset) }
+    /// # Safety
+    /// `offset` must stay inside the output.
+    unsafe fn add(self, offset: usize) -> *mut f32 {
+        self.0.add(offset)
     }
+}
+
+/// One unit's inputs.
+struct Unit<'a> {
+    /// Queries of the block's tokens, `[tokens, heads, head_dim]` from its first token.
+    q: &'a [f32],
+    out: OutPtr,
+    /// Position of the block's first token; the block has `tokens` consecutive ones.
+    first_pos: usize,
+    tokens: usize,
+    kv_head: usize,
+    k: &'a [f32],
+    v: &'a [f32],
+    h: Heads,
 }
 
 /// `q [tokens, heads, head_dim]` to `out [tokens, heads, head_dim]`; token `i` of span `s`
@@ -58,60 +81,299 @@ pub fn attend(
     isa: Isa,
 ) {
     let tokens: usize = spans.iter().map(|s| s.len).sum();
-    let group = h.heads / h.kv_heads;
     let width = h.heads * h.head_dim;
     assert!(q.len() >= tokens * width && out.len() >= tokens * width);
-    let mut owner = Vec::with_capacity(tokens);
-    for (r, s) in spans.iter().enumerate() {
-        owner.extend((0..s.len).map(|i| (r, s.past + i)));
-    }
-    let units = tokens * h.kv_heads;
-    let next = AtomicUsize::new(0);
+    assert!(h.kv_heads > 0 && h.heads.is_multiple_of(h.kv_heads));
+    // Units: per span, its blocks of tokens, each for every KV head.
+    let blocks: usize = spans.iter().map(|s| s.len.div_ceil(QUERY_BLOCK)).sum();
+    let units = blocks * h.kv_heads;
     let out_ptr = OutPtr(out.as_mut_ptr());
-    let unit = |u: usize| {
-        let (token, kv_head) = (u / h.kv_heads, u % h.kv_heads);
-        let (row, pos) = owner[token];
-        let (k, v) = caches[row].head(layer, kv_head, pos + 1);
-        let first = kv_head * group;
-        let qs =
-            &q[token * width + first * h.head_dim..token * width + (first + group) * h.head_dim];
-        // SAFETY: the heads `first..first + group` of `token` belong to this unit alone.
-        let o = unsafe {
-            std::slice::from_raw_parts_mut(
-                out_ptr.at(token * width + first * h.head_dim),
-                group * h.head_dim,
-            )
-        };
-        SCORES.with(|cell| {
-            let mut scores = cell.borrow_mut();
-            let len = pos + 1;
-            scores.resize(group * len, 0.0);
-            for (t, key) in k.chunks_exact(h.head_dim).enumerate() {
-                for (i, qh) in qs.chunks_exact(h.head_dim).enumerate() {
-                    scores[i * len + t] = dot(qh, key) * h.scale;
-                }
-            }
-            for w in scores.chunks_exact_mut(len) {
-                softmax(w);
-            }
-            o.fill(0.0);
-            for (t, value) in v.chunks_exact(h.head_dim).enumerate() {
-                for (i, oh) in o.chunks_exact_mut(h.head_dim).enumerate() {
-                    axpy(scores[i * len + t], value, oh);
-                }
-            }
-        });
-    };
+    let next = AtomicUsize::new(0);
     let work = |_| loop {
         let u = next.fetch_add(1, Ordering::Relaxed);
         if u >= units {
             break;
         }
-        with_isa(isa, || unit(u));
+        let (mut block, kv_head) = (u / h.kv_heads, u % h.kv_heads);
+        let mut row = 0;
+        while block >= spans[row].len.div_ceil(QUERY_BLOCK) {
+            block -= spans[row].len.div_ceil(QUERY_BLOCK);
+            row += 1;
+        }
+        let span = spans[row];
+        let offset = block * QUERY_BLOCK;
+        let count = QUERY_BLOCK.min(span.len - offset);
+        let first_pos = span.past + offset;
+        let (k, v) = caches[row].head(layer, kv_head, first_pos + count);
+        let first_token = span.start + offset;
+        let unit = Unit {
+            q: &q[first_token * width..(first_token + count) * width],
+            // SAFETY: stays inside `out` (checked above).
+            out: OutPtr(unsafe { out_ptr.add(first_token * width) }),
+            first_pos,
+            tokens: count,
+            kv_head,
+            k,
+            v,
+            h,
+        };
+        // Taken out of the thread-local, so no closure stands between the kernel and the
+        // CPU features it is compiled for.
+        let mut scores = SCORES.with(|cell| cell.take());
+        run_unit(&unit, &mut scores, isa);
+        SCORES.with(|cell| *cell.borrow_mut() = scores);
     };
     if units >= 2 {
         pool.run(&work);
     } else {
         work(0);
+    }
+}
+
+fn run_unit(unit: &Unit<'_>, scores: &mut Vec<f32>, isa: Isa) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` is a supported kernel set (see `Isa::detect`).
+        Isa::Avx512Vnni if isa.supported() => unsafe { unit_avx512(unit, scores) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 if isa.supported() => unsafe { unit_avx2(unit, scores) },
+        _ => unit_body(unit, scores),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn unit_avx512(unit: &Unit<'_>, scores: &mut Vec<f32>) {
+    unit_body(unit, scores)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unit_avx2(unit: &Unit<'_>, scores: &mut Vec<f32>) {
+    unit_body(unit, scores)
+}
+
+#[inline(always)]
+fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
+    let h = u.h;
+    let (d, group) = (h.head_dim, h.heads / h.kv_heads);
+    let width = h.heads * d;
+    let keys = u.first_pos + u.tokens;
+    {
+        scores.resize(u.tokens * group * keys, 0.0);
+        // Row (token i, head g) holds the scores of keys 0..=first_pos + i.
+        let query = |i: usize, g: usize| {
+            let at = i * width + (u.kv_head * group + g) * d;
+            &u.q[at..at + d]
+        };
+        for (t, key) in u.k.chunks_exact(d).enumerate() {
+            for i in t.saturating_sub(u.first_pos)..u.tokens {
+                for g in 0..group {
+                    scores[(i * group + g) * keys + t] = dot_fused(query(i, g), key) * h.scale;
+                }
+            }
+        }
+        for i in 0..u.tokens {
+            for g in 0..group {
+                let row = &mut scores[(i * group + g) * keys..][..u.first_pos + i + 1];
+                softmax(row);
+                // SAFETY: this unit alone writes head `g` of its group for token `i`.
+                let o = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        u.out.add(i * width + (u.kv_head * group + g) * d),
+                        d,
+                    )
+                };
+                o.fill(0.0);
+            }
+        }
+        for (t, value) in u.v.chunks_exact(d).enumerate() {
+            for i in t.saturating_sub(u.first_pos)..u.tokens {
+                for g in 0..group {
+                    let p = scores[(i * group + g) * keys + t];
+                    // SAFETY: as above.
+                    let o = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            u.out.add(i * width + (u.kv_head * group + g) * d),
+                            d,
+                        )
+                    };
+                    axpy_fused(p, value, o);
+                }
+            }
+        }
+    }
+}
+
+/// `sum a[i] * b[i]`: 16 lane accumulators of fused multiply-adds, reduced pairwise.
+#[inline(always)]
+fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (xa, xb) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] = xa[l].mul_add(xb[l], acc[l]);
+        }
+    }
+    for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
+        acc[l] = x.mul_add(*y, acc[l]);
+    }
+    reduce_sum(acc)
+}
+
+#[inline(always)]
+fn reduce_sum(mut acc: [f32; LANES]) -> f32 {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+    }
+    acc[0]
+}
+
+/// `y += alpha * x`, fused.
+#[inline(always)]
+fn axpy_fused(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi = alpha.mul_add(*xi, *yi);
+    }
+}
+
+/// Softmax in place: lane-wise max and sum (fixed order), exponentials in one pass.
+#[inline(always)]
+fn softmax(w: &mut [f32]) {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    for chunk in w.chunks(LANES) {
+        for (m, v) in lanes.iter_mut().zip(chunk) {
+            *m = m.max(*v);
+        }
+    }
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for v in w.iter_mut() {
+        *v = super::ops::exp(*v - max);
+    }
+    let mut sums = [0f32; LANES];
+    for chunk in w.chunks(LANES) {
+        for (s, v) in sums.iter_mut().zip(chunk) {
+            *s += v;
+        }
+    }
+    let inv = 1.0 / reduce_sum(sums);
+    for v in w.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one_and_keeps_order() {
+        let mut w: Vec<f32> = (0..37)
+            .map(|i| ((i * 13) % 17) as f32 * 0.3 - 2.0)
+            .collect();
+        let before = w.clone();
+        softmax(&mut w);
+        assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        for (a, b) in before.iter().zip(&before[1..]) {
+            let (i, j) = (
+                before.iter().position(|x| x == a).unwrap(),
+                before.iter().position(|x| x == b).unwrap(),
+            );
+            assert_eq!(a < b, w[i] < w[j]);
+        }
+    }
+
+    /// A block of tokens, against each token alone and a float reference.
+    #[test]
+    fn a_block_of_tokens_attends_like_each_token_alone() {
+        let h = Heads {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            scale: 0.2,
+        };
+        let (tokens, past) = (11, 5);
+        let mut kv = KvBuffers::new(1, h.kv_heads, h.head_dim, 32);
+        let value = |i: usize| ((i * 7919) % 1000) as f32 / 500.0 - 1.0;
+        let kvw = h.kv_heads * h.head_dim;
+        for pos in 0..past + tokens {
+            let k: Vec<f32> = (0..kvw).map(|i| value(pos * 131 + i)).collect();
+            let v: Vec<f32> = (0..kvw).map(|i| value(pos * 71 + i + 3)).collect();
+            kv.write(0, pos, &k, &v);
+        }
+        let width = h.heads * h.head_dim;
+        let q: Vec<f32> = (0..tokens * width).map(|i| value(i * 37 + 11)).collect();
+        let pool = ThreadPool::new(2);
+        for isa in Isa::available() {
+            let mut block = vec![0f32; tokens * width];
+            let span = Span {
+                start: 0,
+                len: tokens,
+                past,
+            };
+            attend(&q, &[span], &[&kv], 0, h, &mut block, &pool, isa);
+            for t in 0..tokens {
+                let mut alone = vec![0f32; width];
+                let span = Span {
+                    start: 0,
+                    len: 1,
+                    past: past + t,
+                };
+                attend(
+                    &q[t * width..(t + 1) * width],
+                    &[span],
+                    &[&kv],
+                    0,
+                    h,
+                    &mut alone,
+                    &pool,
+                    Isa::Portable,
+                );
+                let got = &block[t * width..(t + 1) * width];
+                assert!(
+                    got.iter()
+                        .zip(&alone)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{} token {t}",
+                    isa.name()
+                );
+                for head in 0..h.heads {
+                    let kvh = head / (h.heads / h.kv_heads);
+                    let (k, v) = kv.head(0, kvh, past + t + 1);
+                    let qh = &q[t * width + head * h.head_dim..][..h.head_dim];
+                    let s: Vec<f64> = k
+                        .chunks(h.head_dim)
+                        .map(|kr| {
+                            kr.iter()
+                                .zip(qh)
+                                .map(|(a, b)| (*a as f64) * (*b as f64))
+                                .sum::<f64>()
+                                * h.scale as f64
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for dim in 0..h.head_dim {
+                        let r: f64 = e
+                            .iter()
+                            .zip(v.chunks(h.head_dim))
+                            .map(|(p, vr)| p / z * vr[dim] as f64)
+                            .sum();
+                        let ours = got[head * h.head_dim + dim] as f64;
+                        assert!(
+                            (ours - r).abs() < 1e-5,
+                            "token {t} head {head} dim {dim}: {ours} vs {r}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -134,9 +134,29 @@ fn better(candidate: (u32, f32), best: (u32, f32)) -> bool {
 
 const NONE: (u32, f32) = (u32::MAX, f32::NAN);
 
-/// Runs every task in one parallel region.
+/// Most matrices one parallel region runs.
+pub const MAX_TASKS: usize = 4;
+
+/// What the workers read of one task.
+struct Part<'a> {
+    matrix: &'a PackedMatrix,
+    input: &'a LayerInput,
+    bias: Option<&'a [f32]>,
+    out: Option<SendPtr>,
+    /// The task's first tile in the region's numbering.
+    start: usize,
+    argmax: Option<ArgmaxSlots>,
+}
+
+/// Runs every task (at most [`MAX_TASKS`]) in one parallel region; apart from argmax
+/// candidates nothing is allocated.
 pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     assert!(isa.supported(), "kernel set {} not supported", isa.name());
+    assert!(
+        tasks.len() <= MAX_TASKS,
+        "{} matmuls in one region",
+        tasks.len()
+    );
     for t in tasks.iter() {
         assert_eq!(t.matrix.in_features(), t.input.cols(), "matmul input width");
         match &t.output {
@@ -147,79 +167,74 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             Output::Argmax(best) => assert_eq!(best.len(), t.input.rows()),
         }
     }
-    let starts: Vec<usize> = tasks
-        .iter()
-        .scan(0, |acc, t| {
-            let s = *acc;
-            *acc += t.matrix.tiles();
-            Some(s)
-        })
-        .collect();
-    let total: usize = tasks.iter().map(|t| t.matrix.tiles()).sum();
+    let threads = pool.threads();
+    let mut total = 0;
+    let mut parts: [Option<Part<'_>>; MAX_TASKS] = std::array::from_fn(|_| None);
+    for (part, t) in parts.iter_mut().zip(tasks.iter_mut()) {
+        let (out, bias, argmax) = match &mut t.output {
+            Output::Store { out, bias } => (Some(SendPtr(out.as_mut_ptr())), *bias, None),
+            Output::Argmax(_) => (
+                None,
+                None,
+                Some(ArgmaxSlots(
+                    (0..threads)
+                        .map(|_| UnsafeCell::new(vec![NONE; t.input.rows()]))
+                        .collect(),
+                )),
+            ),
+        };
+        *part = Some(Part {
+            matrix: t.matrix,
+            input: t.input,
+            bias,
+            out,
+            start: total,
+            argmax,
+        });
+        total += t.matrix.tiles();
+    }
     if total == 0 {
         return;
     }
-    let threads = pool.threads();
     let chunk = (total / (threads * 8)).clamp(1, 64);
-    let outs: Vec<Option<SendPtr>> = tasks
-        .iter_mut()
-        .map(|t| match &mut t.output {
-            Output::Store { out, .. } => Some(SendPtr(out.as_mut_ptr())),
-            Output::Argmax(_) => None,
-        })
-        .collect();
-    let slots: Vec<ArgmaxSlots> = tasks
-        .iter()
-        .map(|t| match t.output {
-            Output::Argmax(_) => ArgmaxSlots(
-                (0..threads)
-                    .map(|_| UnsafeCell::new(vec![NONE; t.input.rows()]))
-                    .collect(),
-            ),
-            Output::Store { .. } => ArgmaxSlots(Vec::new()),
-        })
-        .collect();
-    let shared: Vec<(&PackedMatrix, &LayerInput, Option<&[f32]>)> = tasks
-        .iter()
-        .map(|t| {
-            let bias = match &t.output {
-                Output::Store { bias, .. } => *bias,
-                Output::Argmax(_) => None,
-            };
-            (t.matrix, t.input, bias)
-        })
-        .collect();
+    let parts = &parts[..tasks.len()];
     let next = AtomicUsize::new(0);
     pool.run(&|worker| loop {
         let first = next.fetch_add(chunk, Ordering::Relaxed);
         if first >= total {
             break;
         }
-        let mut global = first;
-        while global < (first + chunk).min(total) {
-            let task = starts.partition_point(|&s| s <= global) - 1;
-            let (matrix, input, bias) = shared[task];
-            let tile_end = (starts[task] + matrix.tiles()).min(first + chunk);
-            for g in global..tile_end {
-                let tile = g - starts[task];
-                let argmax = slots[task].0.get(worker).map(|cell| {
+        let end = (first + chunk).min(total);
+        for part in parts.iter().flatten() {
+            let tiles = part.start..part.start + part.matrix.tiles();
+            let (from, to) = (first.max(tiles.start), end.min(tiles.end));
+            for g in from..to {
+                let argmax = part.argmax.as_ref().map(|slots| {
                     // SAFETY: slot `worker` belongs to this worker alone.
-                    unsafe { &mut *cell.get() }
+                    unsafe { &mut *slots.0[worker].get() }
                 });
-                run_tile(matrix, input, tile, isa, outs[task], bias, argmax);
+                run_tile(part, g - part.start, isa, argmax);
             }
-            global = tile_end;
         }
     });
-    for (t, slot) in tasks.iter_mut().zip(slots) {
-        if let Output::Argmax(best) = &mut t.output {
+    for (t, part) in tasks.iter_mut().zip(parts) {
+        if let (
+            Output::Argmax(best),
+            Some(Part {
+                argmax: Some(slots),
+                ..
+            }),
+        ) = (&mut t.output, part)
+        {
             for b in best.iter_mut() {
                 *b = NONE;
             }
-            for cell in slot.0 {
-                for (b, c) in best.iter_mut().zip(cell.into_inner()) {
-                    if c.0 != u32::MAX && better(c, *b) {
-                        *b = c;
+            for cell in &slots.0 {
+                // SAFETY: the region is over; no worker holds a slot.
+                let candidates = unsafe { &*cell.get() };
+                for (b, c) in best.iter_mut().zip(candidates) {
+                    if c.0 != u32::MAX && better(*c, *b) {
+                        *b = *c;
                     }
                 }
             }
@@ -227,15 +242,8 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     }
 }
 
-fn run_tile(
-    matrix: &PackedMatrix,
-    input: &LayerInput,
-    tile: usize,
-    isa: Isa,
-    out: Option<SendPtr>,
-    bias: Option<&[f32]>,
-    mut argmax: Option<&mut Vec<(u32, f32)>>,
-) {
+fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<(u32, f32)>>) {
+    let (matrix, input, out, bias) = (part.matrix, part.input, part.out, part.bias);
     let kind = matrix.format().activation();
     let n_out = matrix.out_features();
     let first_col = tile * TILE;
@@ -262,14 +270,17 @@ fn run_tile(
         for (i, vals) in buf.iter().take(n).enumerate() {
             let r = r0 + i;
             if let Some(SendPtr(out)) = out {
-                for (c, v) in vals.iter().take(valid).enumerate() {
-                    let j = first_col + c;
-                    let v = match bias {
-                        Some(b) => v + b[j],
-                        None => *v,
-                    };
-                    // SAFETY: this tile alone writes columns first_col..first_col + valid.
-                    unsafe { *out.add(r * n_out + j) = v };
+                // SAFETY: this tile alone writes columns first_col..first_col + valid of row r.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(out.add(r * n_out + first_col), valid)
+                };
+                match bias {
+                    Some(b) => {
+                        for ((d, v), b) in dst.iter_mut().zip(vals).zip(&b[first_col..]) {
+                            *d = v + b;
+                        }
+                    }
+                    None => dst.copy_from_slice(&vals[..valid]),
                 }
             }
             if let Some(best) = argmax.as_deref_mut() {

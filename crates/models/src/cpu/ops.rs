@@ -35,14 +35,6 @@ fn reduce(mut acc: [f32; LANES]) -> f32 {
     acc[0]
 }
 
-/// `y += alpha * x`.
-#[inline(always)]
-pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += alpha * xi;
-    }
-}
-
 /// `v` rounded to the nearest integer, ties to even, for `|v| < 2^22`: adding and
 /// subtracting 1.5 * 2^23 leaves no fraction bits (no rounding instruction needed).
 #[inline(always)]
@@ -111,21 +103,6 @@ pub fn rope(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// Softmax of `w` in place, returning nothing; the max is subtracted first.
-#[inline(always)]
-pub fn softmax(w: &mut [f32]) {
-    let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for v in w.iter_mut() {
-        *v = exp(*v - max);
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in w.iter_mut() {
-        *v *= inv;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,14 +135,6 @@ mod tests {
         ] {
             assert_eq!(round_even(v), want, "{v}");
         }
-    }
-
-    #[test]
-    fn softmax_sums_to_one() {
-        let mut w = vec![1.0, 2.0, 3.0, -1.0];
-        softmax(&mut w);
-        assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(w[2] > w[1] && w[1] > w[0] && w[0] > w[3]);
     }
 
     #[test]

@@ -133,6 +133,50 @@ impl ThreadPool {
     }
 }
 
+impl ThreadPool {
+    /// Runs `f(i, chunk)` for every `chunk`-long piece of `data` (the last may be shorter),
+    /// each piece on one worker; on the calling thread alone when `inline`.
+    pub fn for_each_chunk_mut<T: Send>(
+        &self,
+        data: &mut [T],
+        chunk: usize,
+        inline: bool,
+        f: impl Fn(usize, &mut [T]) + Sync,
+    ) {
+        let chunk = chunk.max(1);
+        let (len, pieces) = (data.len(), data.len().div_ceil(chunk));
+        let base = SendPtr(data.as_mut_ptr());
+        let next = AtomicUsize::new(0);
+        let work = |_| loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= pieces {
+                break;
+            }
+            let start = i * chunk;
+            // SAFETY: piece `i` is claimed by this worker alone and lies inside `data`.
+            let piece =
+                unsafe { std::slice::from_raw_parts_mut(base.at(start), chunk.min(len - start)) };
+            f(i, piece);
+        };
+        if inline || pieces <= 1 {
+            work(0);
+        } else {
+            self.run(&work);
+        }
+    }
+}
+
+struct SendPtr<T>(*mut T);
+// SAFETY: used only to hand disjoint pieces of one slice to workers.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    fn at(&self, offset: usize) -> *mut T {
+        // SAFETY: callers stay within the slice the pointer came from.
+        unsafe { self.0.add(offset) }
+    }
+}
+
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
@@ -221,6 +265,20 @@ mod tests {
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
+        }
+    }
+
+    #[test]
+    fn chunks_cover_the_slice_once() {
+        let pool = ThreadPool::new(3);
+        for inline in [false, true] {
+            let mut data = vec![0usize; 103];
+            pool.for_each_chunk_mut(&mut data, 10, inline, |i, piece| {
+                for (k, v) in piece.iter_mut().enumerate() {
+                    *v += i * 10 + k + 1;
+                }
+            });
+            assert!(data.iter().enumerate().all(|(k, v)| *v == k + 1));
         }
     }
 

@@ -3,7 +3,6 @@
 //! queries of its block.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
 use super::dot::{axpy, dot};
 
@@ -70,7 +69,7 @@ impl CustomOp3 for ExactAttention {
         let v = slice(sv, lv, "v")?;
         let group = hq / hkv;
         let mut out = vec![0f32; t_len * hq * d];
-        out.par_chunks_mut(d).enumerate().for_each(|(row, o)| {
+        crate::cpu::ThreadPool::global().for_each_chunk_mut(&mut out, d, false, |row, o| {
             let (t, h) = (row / hq, row % hq);
             let pos = span.query_start + t;
             let first = match span.window {

@@ -1,7 +1,6 @@
 //! `y = x W^T` with each output element computed by one fixed-order dot product.
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
 use super::dot::{dot, dot4};
 
@@ -39,9 +38,11 @@ impl CustomOp2 for ExactLinear {
         let w = contiguous(s2, l2, "weight")?;
         // Computed feature-major, so each task reads its weight rows once for all input rows.
         let mut yt = vec![0f32; n * m];
-        yt.par_chunks_mut(FEATURES_PER_TASK * m)
-            .enumerate()
-            .for_each(|(task, out)| {
+        crate::cpu::ThreadPool::global().for_each_chunk_mut(
+            &mut yt,
+            FEATURES_PER_TASK * m,
+            false,
+            |task, out| {
                 let first = task * FEATURES_PER_TASK;
                 for (jj, out_j) in out.chunks_mut(m).enumerate() {
                     let wj = &w[(first + jj) * k..(first + jj + 1) * k];
@@ -56,7 +57,8 @@ impl CustomOp2 for ExactLinear {
                         *o = dot(row(r), wj);
                     }
                 }
-            });
+            },
+        );
         let mut y = vec![0f32; m * n];
         for j in 0..n {
             for i in 0..m {

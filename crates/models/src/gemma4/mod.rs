@@ -7,6 +7,7 @@ mod model;
 pub(crate) mod norm;
 pub(crate) mod rope;
 
+pub use crate::causal_lm::OutputRows;
 pub use cache::{LayerKv, SequenceCache, SharedKv};
 pub use config::{CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, RopeConfig};
-pub use model::{BlockInput, Gemma4Model, OutputRows, DEFAULT_PREFILL_CHUNK};
+pub use model::{BlockInput, Gemma4Model, DEFAULT_PREFILL_CHUNK};

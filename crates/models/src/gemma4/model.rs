@@ -9,6 +9,7 @@ use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
 use super::layer::{DecoderLayer, RowRope, RowSlot};
 use super::norm::RmsNorm;
 use super::rope::Rope;
+use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::linear::{exact_eligible, Linear};
@@ -17,21 +18,7 @@ use crate::linear::{exact_eligible, Linear};
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 /// A block of new tokens for one sequence.
-pub struct BlockInput<'a> {
-    pub cache: &'a mut SequenceCache,
-    pub tokens: &'a [u32],
-}
-
-/// Which positions a forward must carry through the KV-shared layers and return.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputRows {
-    /// Every position (verify blocks).
-    All,
-    /// Only the last position of each row (the end of a prefill).
-    Last,
-    /// Nothing: only fill the caches (intermediate prefill chunks).
-    None,
-}
+pub type BlockInput<'a> = SeqBlock<'a, SequenceCache>;
 
 struct PerLayerEmbedding {
     table: Tensor,
@@ -387,5 +374,85 @@ impl Gemma4Model {
                 Ok(RowRope { tables })
             })
             .collect()
+    }
+}
+
+impl CausalLm for Gemma4Model {
+    type Cache = SequenceCache;
+
+    fn family(&self) -> &'static str {
+        "gemma4"
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_position_embeddings
+    }
+
+    fn device(&self) -> &Device {
+        Gemma4Model::device(self)
+    }
+
+    fn default_prefill_chunk(&self) -> usize {
+        DEFAULT_PREFILL_CHUNK
+    }
+
+    fn new_cache(&self, max_rollback: usize) -> Result<SequenceCache> {
+        Ok(Gemma4Model::new_cache(self, max_rollback))
+    }
+
+    fn cache_len(&self, cache: &SequenceCache) -> usize {
+        cache.len()
+    }
+
+    fn cache_bytes(&self, cache: &SequenceCache) -> usize {
+        cache.kv_bytes()
+    }
+
+    fn kv_bytes_bound(&self, tokens: usize, chunk: usize, max_rollback: usize) -> usize {
+        let elem = self.dtype.size_in_bytes();
+        // A sliding layer keeps the window plus the rollback slack, and briefly one more
+        // forward's rows before trimming.
+        let sliding_rows = self.cfg.sliding_window + max_rollback + chunk;
+        self.cfg
+            .layers
+            .iter()
+            .enumerate()
+            .filter(|(i, layer)| layer.kv_source == *i)
+            .map(|(_, layer)| {
+                let rows = match layer.kind {
+                    LayerKind::Sliding => tokens.min(sliding_rows),
+                    LayerKind::Full => tokens,
+                };
+                2 * layer.num_kv_heads * layer.head_dim * rows * elem
+            })
+            .sum()
+    }
+
+    fn forward(
+        &self,
+        rows: &mut [SeqBlock<'_, SequenceCache>],
+        output: OutputRows,
+    ) -> Result<Vec<Tensor>> {
+        Gemma4Model::forward(self, rows, output)
+    }
+
+    fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        Gemma4Model::logits(self, hidden)
+    }
+
+    fn truncate(&self, cache: &mut SequenceCache, len: usize) -> Result<()> {
+        cache.truncate(len)
+    }
+
+    fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<Option<SharedKv>> {
+        Ok(Some(Gemma4Model::shared_kv(self, cache, from, to)?))
     }
 }

@@ -49,6 +49,34 @@ impl GgufFile {
         })
     }
 
+    /// Drops this process's pages of a tensor's stored bytes (once they have been copied or
+    /// repacked), so loading never holds the file and its repacked copy at once. Pages are
+    /// read back from the file if the tensor is used again. Best effort.
+    pub fn release(&self, name: &str) {
+        // Aligned to any page size in use (4 KiB to 64 KiB), inward.
+        const ALIGN: usize = 1 << 16;
+        let Some(info) = self.content.tensor_infos.get(name) else {
+            return;
+        };
+        let dtype = info.ggml_dtype;
+        let bytes = info.shape.elem_count() / dtype.block_size() * dtype.type_size();
+        let Ok(start) = usize::try_from(self.content.tensor_data_offset + info.offset) else {
+            return;
+        };
+        let (from, to) = (
+            start.next_multiple_of(ALIGN),
+            (start + bytes) / ALIGN * ALIGN,
+        );
+        if to > from && to <= self.map.len() {
+            // SAFETY: the map is a private, read-only map of a file nobody writes: dropped
+            // pages come back from the file unchanged on the next read.
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+            };
+        }
+    }
+
     /// A tensor's stored bytes, after checking its shape, without copying them.
     pub fn raw(&self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>> {
         let found = self.tensor_dims(name)?;
@@ -66,7 +94,9 @@ impl GgufFile {
         let start = usize::try_from(self.content.tensor_data_offset + info.offset).ok();
         let range = start.and_then(|s| Some(s..s.checked_add(bytes)?));
         match range {
-            Some(range) if range.end <= self.map.len() && elems % dtype.block_size() == 0 => {
+            Some(range)
+                if range.end <= self.map.len() && elems.is_multiple_of(dtype.block_size()) =>
+            {
                 Ok(RawTensor {
                     dtype,
                     dims: found,

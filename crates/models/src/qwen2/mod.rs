@@ -25,5 +25,5 @@ pub use chat_template::{ChatMessage, ChatTemplate, QWEN2_5_CHAT_TEMPLATE};
 pub use config::{Qwen2Config, ARCHITECTURE};
 pub use error::{Qwen2Error, Result};
 pub use gguf::{GgufFile, RawTensor};
-pub use model::{Backend, BlockRow, EngineInfo, LoadOptions, Qwen2Model};
+pub use model::{Backend, BlockRow, EngineInfo, LoadOptions, Qwen2Model, PREFILL_CHUNK};
 pub use tokenizer::{Qwen2Tokenizer, QWEN2_SPLIT_REGEX, QWEN_STOP_TOKENS};

@@ -14,6 +14,8 @@ use super::config::Qwen2Config;
 use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
 use super::gguf::GgufFile;
+use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
+use crate::error::ModelError;
 
 /// Which implementation runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,14 +51,14 @@ pub struct EngineInfo {
 }
 
 /// One sequence of a batched forward: its new tokens and its cache.
-pub struct BlockRow<'a> {
-    pub tokens: &'a [u32],
-    pub cache: &'a mut KvCache,
-}
+pub type BlockRow<'a> = SeqBlock<'a, KvCache>;
+
+/// Rows a prompt is prefilled in at most.
+pub const PREFILL_CHUNK: usize = 256;
 
 enum Runner {
-    Engine(Engine),
-    Candle(CandleQwen2),
+    Engine(Box<Engine>),
+    Candle(Box<CandleQwen2>),
 }
 
 pub struct Qwen2Model {
@@ -93,8 +95,10 @@ impl Qwen2Model {
         };
         let config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
         let runner = match options.backend {
-            Backend::Auto if device.is_cpu() => Runner::Engine(Engine::load(gguf, config.clone())?),
-            _ => Runner::Candle(CandleQwen2::load(gguf, &config, device)?),
+            Backend::Auto if device.is_cpu() => {
+                Runner::Engine(Box::new(Engine::load(gguf, config.clone())?))
+            }
+            _ => Runner::Candle(Box::new(CandleQwen2::load(gguf, &config, device)?)),
         };
         let model = Self {
             config,
@@ -356,4 +360,81 @@ fn hidden_values(hidden: &Tensor) -> Result<Vec<f32>> {
         .to_dtype(DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?)
+}
+
+impl CausalLm for Qwen2Model {
+    type Cache = KvCache;
+
+    fn family(&self) -> &'static str {
+        super::config::ARCHITECTURE
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.config.context_length
+    }
+
+    fn device(&self) -> &Device {
+        Qwen2Model::device(self)
+    }
+
+    fn default_prefill_chunk(&self) -> usize {
+        PREFILL_CHUNK
+    }
+
+    fn new_cache(&self, _max_rollback: usize) -> std::result::Result<KvCache, ModelError> {
+        Ok(Qwen2Model::new_cache(self)?)
+    }
+
+    fn cache_len(&self, cache: &KvCache) -> usize {
+        cache.len()
+    }
+
+    fn cache_bytes(&self, cache: &KvCache) -> usize {
+        cache.allocated_bytes()
+    }
+
+    fn kv_bytes_bound(&self, tokens: usize, _chunk: usize, _max_rollback: usize) -> usize {
+        let c = &self.config;
+        2 * c.num_layers * c.num_kv_heads * c.head_dim * tokens * 4
+    }
+
+    fn forward(
+        &self,
+        rows: &mut [SeqBlock<'_, KvCache>],
+        output: OutputRows,
+    ) -> std::result::Result<Vec<Tensor>, ModelError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (hidden, spans) = self.forward_packed(rows)?;
+        let pick = |s: &RowSpan| match output {
+            OutputRows::All => Some(hidden.narrow(0, s.start, s.len)),
+            OutputRows::Last => Some(hidden.narrow(0, s.start + s.len - 1, 1)),
+            OutputRows::None => None,
+        };
+        Ok(spans
+            .iter()
+            .filter_map(pick)
+            .collect::<candle_core::Result<_>>()?)
+    }
+
+    fn logits(&self, hidden: &Tensor) -> std::result::Result<Tensor, ModelError> {
+        Ok(Qwen2Model::logits(self, hidden)?)
+    }
+
+    fn argmax(&self, hidden: &Tensor) -> std::result::Result<Vec<u32>, ModelError> {
+        Ok(Qwen2Model::argmax(self, hidden)?)
+    }
+
+    fn truncate(&self, cache: &mut KvCache, len: usize) -> std::result::Result<(), ModelError> {
+        Ok(cache.truncate(len)?)
+    }
 }

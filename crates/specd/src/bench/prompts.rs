@@ -5,6 +5,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use super::Encode;
+
 /// A small mix of code and prose, so both repetitive and free-form continuations are timed.
 const BUILT_IN: [&str; 4] = [
     "Write a Python function that returns the n-th Fibonacci number iteratively.",
@@ -74,6 +76,16 @@ pub fn check_vocab(prompts: &[Prompt], vocab: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A prompt of exactly `len` tokens, the same on every run: the built-in prompts' text,
+/// tokenized as is (no chat template) and repeated.
+pub fn long_prompt(encode: Encode<'_>, len: usize) -> Result<Vec<u32>> {
+    let ids = encode(&BUILT_IN.join("\n"))?;
+    if ids.is_empty() {
+        bail!("long prompt: the built-in prompts tokenize to nothing");
+    }
+    Ok(ids.iter().copied().cycle().take(len).collect())
 }
 
 /// `ids` repeated until it is `len` tokens long: a long context with the same content.

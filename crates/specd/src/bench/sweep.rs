@@ -365,6 +365,7 @@ pub fn json(
             json!({
                 "label": p.label,
                 "text": text,
+                "ids": p.ids,
                 "prompt_tokens": p.ids.len(),
                 "plain_output": output,
                 "plain_text": detokenizer.decode(output).unwrap_or_default(),

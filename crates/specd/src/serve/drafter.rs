@@ -51,7 +51,7 @@ const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
 
 pub async fn run(args: DrafterArgs) -> Result<()> {
     let device = args.device.device()?;
-    if crate::generate::is_gguf(&args.drafter) {
+    if crate::generate::detect(&args.drafter, "drafter")?.is_gguf() {
         // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
         let target_vocab = gguf_vocab_size(&args.target, "target")?;
         let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
@@ -77,7 +77,7 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
 /// The vocabulary size of a GGUF model (`role` names it in errors): the rows of its token
 /// embedding table.
 fn gguf_vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
-    if !crate::generate::is_gguf(path) {
+    if !crate::generate::detect(path, role)?.is_gguf() {
         bail!(
             "{role} {}: a GGUF draft model needs the target's GGUF file",
             path.display()

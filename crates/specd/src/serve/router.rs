@@ -78,8 +78,10 @@ pub struct RouterArgs {
 
 pub async fn run(args: RouterArgs) -> Result<()> {
     let text = match &args.target {
-        Some(file) if crate::generate::is_gguf(file) => TargetText::from_gguf(file)
-            .with_context(|| format!("reading the tokenizer of {}", file.display()))?,
+        Some(file) if crate::generate::detect(file, "target")?.is_gguf() => {
+            TargetText::from_gguf(file)
+                .with_context(|| format!("reading the tokenizer of {}", file.display()))?
+        }
         Some(dir) => TargetText::from_dir(dir)
             .with_context(|| format!("reading the target's text files in {}", dir.display()))?,
         None => TargetText::without_tokenizer(Vec::new()),

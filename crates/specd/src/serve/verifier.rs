@@ -57,7 +57,7 @@ pub struct VerifierArgs {
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
     let device = args.device.device()?;
-    if crate::generate::is_gguf(&args.target) {
+    if crate::generate::detect(&args.target, "target")?.is_gguf() {
         let eos = GgufText::for_model(&args.target)?.eos_token_ids();
         let target = Qwen2Target::load(&args.target, &device, eos)
             .with_context(|| format!("loading the target from {}", args.target.display()))?;

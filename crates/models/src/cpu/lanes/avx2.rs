@@ -125,13 +125,6 @@ unsafe impl Lanes for Avx2 {
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i)),
         ])
     }
-    #[inline(always)]
-    unsafe fn load_i8(p: *const u8) -> Self::I {
-        Pair([
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)),
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i)),
-        ])
-    }
 
     #[inline(always)]
     unsafe fn load_u8_pairs(p: *const u8) -> Self::I {

@@ -93,10 +93,6 @@ unsafe impl Lanes for Avx512 {
     unsafe fn load_u8(p: *const u8) -> __m512i {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
     }
-    #[inline(always)]
-    unsafe fn load_i8(p: *const u8) -> __m512i {
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))
-    }
 
     #[inline(always)]
     unsafe fn load_u8_pairs(p: *const u8) -> __m512i {

@@ -60,8 +60,6 @@ pub(crate) unsafe trait Lanes {
     unsafe fn mul_i(a: Self::I, b: Self::I) -> Self::I;
     /// 16 unsigned bytes, widened.
     unsafe fn load_u8(p: *const u8) -> Self::I;
-    /// 16 signed bytes, widened.
-    unsafe fn load_i8(p: *const u8) -> Self::I;
     /// 32 unsigned bytes as 16 lanes of two i16 (byte `2c` low, byte `2c + 1` high).
     unsafe fn load_u8_pairs(p: *const u8) -> Self::I;
     /// 32 signed bytes as 16 lanes of two i16.

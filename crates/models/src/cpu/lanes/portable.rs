@@ -116,10 +116,6 @@ unsafe impl Lanes for Portable {
     unsafe fn load_u8(p: *const u8) -> [i32; 16] {
         read::<16>(p).map(|x| x as i32)
     }
-    #[inline(always)]
-    unsafe fn load_i8(p: *const u8) -> [i32; 16] {
-        read::<16>(p).map(|x| x as i8 as i32)
-    }
 
     #[inline(always)]
     unsafe fn load_u8_pairs(p: *const u8) -> [i32; 16] {

@@ -30,20 +30,6 @@ pub(crate) struct Workspace {
 /// Element work below which a per-row loop stays on the calling thread.
 const PARALLEL_ELEMENTS: usize = 1 << 16;
 
-#[derive(Clone, Copy)]
-struct RowsPtr(*mut f32);
-// SAFETY: `for_rows` hands each row to one worker.
-unsafe impl Sync for RowsPtr {}
-unsafe impl Send for RowsPtr {}
-
-impl RowsPtr {
-    /// # Safety
-    /// The row must be inside the buffer and claimed by one caller only.
-    unsafe fn row<'a>(self, r: usize, width: usize) -> &'a mut [f32] {
-        std::slice::from_raw_parts_mut(self.0.add(r * width), width)
-    }
-}
-
 /// Runs `f(r, row)` for every row of `buf` (rows of `width`), in parallel when large.
 fn for_rows(
     buf: &mut [f32],
@@ -52,23 +38,8 @@ fn for_rows(
     isa: Isa,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
-    let n = buf.len() / width;
-    let ptr = RowsPtr(buf.as_mut_ptr());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = |_| loop {
-        let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if r >= n {
-            break;
-        }
-        // SAFETY: row `r` was claimed by this worker alone.
-        let row = unsafe { ptr.row(r, width) };
-        with_isa(isa, || f(r, row));
-    };
-    if n > 1 && n * width >= PARALLEL_ELEMENTS {
-        pool.run(&work);
-    } else {
-        work(0);
-    }
+    let inline = buf.len() < PARALLEL_ELEMENTS;
+    pool.for_each_chunk_mut(buf, width, inline, |r, row| with_isa(isa, || f(r, row)));
 }
 
 impl Engine {

@@ -78,7 +78,7 @@ fn native_bytes(
     )
     .map_err(wrap)?;
     let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
-    let target = if inp % 32 == 0 {
+    let target = if inp.is_multiple_of(32) {
         WeightFormat::Q8_0
     } else {
         WeightFormat::F32
@@ -108,6 +108,7 @@ impl Loader<'_> {
                 PackedMatrix::from_gguf(format, out, inp, &bytes, self.pool)
             }
         };
+        self.gguf.release(name);
         packed.map_err(|e| load_error(name, e))
     }
 
@@ -132,6 +133,7 @@ impl Loader<'_> {
     fn embedding(&mut self, vocab: usize, hidden: usize) -> Result<EmbeddingTable> {
         let name = "token_embd.weight";
         let (format, data) = native_bytes(self.gguf, name, &[vocab, hidden], &mut self.reencoded)?;
+        self.gguf.release(name);
         let row_bytes = format
             .row_bytes(hidden)
             .ok_or_else(|| load_error(name, "rows are not whole blocks"))?;

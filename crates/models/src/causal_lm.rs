@@ -1,0 +1,80 @@
+//! One interface for every causal LM family the crate runs (Gemma 4 from safetensors,
+//! Qwen2 from GGUF): packed forwards of several sequences at their own positions, logits or
+//! the greedy token of chosen rows, rollback, and the K/V export a drafter reads where the
+//! family has one.
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::gemma4::SharedKv;
+
+/// Which positions of each row a forward returns hidden states for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputRows {
+    /// Every position (verify blocks).
+    All,
+    /// Only the last position of each row (the end of a prefill).
+    Last,
+    /// Nothing: only fill the caches (intermediate prefill chunks).
+    None,
+}
+
+/// A block of new tokens for one sequence, run after what its cache holds.
+pub struct SeqBlock<'a, C> {
+    pub cache: &'a mut C,
+    pub tokens: &'a [u32],
+}
+
+/// A causal LM with per-sequence caches that can be rolled back.
+pub trait CausalLm: Send + Sync + 'static {
+    type Cache: Send + 'static;
+
+    /// The model family (`general.architecture` or `model_type`), for logs and Stats.
+    fn family(&self) -> &'static str;
+    fn vocab_size(&self) -> usize;
+    fn hidden_size(&self) -> usize;
+    fn max_context(&self) -> usize;
+    /// Where the model runs (and its caches live).
+    fn device(&self) -> &candle_core::Device;
+    /// Rows a prompt is best prefilled in at most.
+    fn default_prefill_chunk(&self) -> usize;
+
+    /// An empty cache that can be rolled back at least `max_rollback` positions.
+    fn new_cache(&self, max_rollback: usize) -> Result<Self::Cache>;
+    fn cache_len(&self, cache: &Self::Cache) -> usize;
+    /// Bytes the cache holds now.
+    fn cache_bytes(&self, cache: &Self::Cache) -> usize;
+    /// Most bytes a cache of `tokens` positions can take when prefilled in pieces of
+    /// `chunk` rows and rolled back at most `max_rollback` positions (an upper bound, to
+    /// admit sequences against a memory budget).
+    fn kv_bytes_bound(&self, tokens: usize, chunk: usize, max_rollback: usize) -> usize;
+
+    /// One packed forward over several sequences. Returns, per row, the final-normed hidden
+    /// states `[positions, hidden]` of the positions `output` asks for (none for `None`).
+    fn forward(
+        &self,
+        rows: &mut [SeqBlock<'_, Self::Cache>],
+        output: OutputRows,
+    ) -> Result<Vec<Tensor>>;
+    /// Logits `[n, vocab]` of final-normed hidden states `[n, hidden]`.
+    fn logits(&self, hidden: &Tensor) -> Result<Tensor>;
+    /// The greedy token of each hidden state (the lowest id among equal logits).
+    fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        Ok(self
+            .logits(hidden)?
+            .to_dtype(candle_core::DType::F32)?
+            .argmax(candle_core::D::Minus1)?
+            .to_vec1::<u32>()?)
+    }
+    /// Keeps the first `len` positions of the cache.
+    fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<()>;
+    /// K/V of positions `from..to` for a drafter, where the family exports it.
+    fn shared_kv(
+        &self,
+        _cache: &Self::Cache,
+        _from: usize,
+        _to: usize,
+    ) -> Result<Option<SharedKv>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,154 @@
+//! What a model path holds, told from the checkpoint itself: a Hugging Face directory by its
+//! `config.json` `model_type`, a GGUF file by its `general.architecture`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{ModelError, Result};
+
+/// A checkpoint the crate can load, and which loader it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A Gemma 4 target directory (`gemma4_text`, or the multimodal `gemma4`).
+    Gemma4 { dir: PathBuf },
+    /// A Gemma 4 assistant (MTP drafter) directory.
+    Gemma4Assistant { dir: PathBuf },
+    /// A GGUF file of the Qwen2 family.
+    Gguf { path: PathBuf, architecture: String },
+}
+
+/// GGUF architectures the Qwen2 loader runs.
+const GGUF_ARCHITECTURES: [&str; 1] = [crate::qwen2::ARCHITECTURE];
+
+impl ModelSource {
+    pub fn detect(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            return Self::from_dir(path);
+        }
+        if !path.is_file() {
+            return Err(ModelError::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+            ));
+        }
+        let gguf = crate::qwen2::GgufFile::open(path).map_err(|e| {
+            ModelError::Invalid(format!(
+                "{}: not a model directory or GGUF file: {e}",
+                path.display()
+            ))
+        })?;
+        let architecture = match gguf.metadata().get("general.architecture") {
+            Some(candle_core::quantized::gguf_file::Value::String(a)) => a.clone(),
+            _ => {
+                return Err(ModelError::config(
+                    "general.architecture",
+                    format!("{}: missing or not a string", path.display()),
+                ))
+            }
+        };
+        if !GGUF_ARCHITECTURES.contains(&architecture.as_str()) {
+            return Err(ModelError::Unsupported(format!(
+                "{}: GGUF architecture {architecture:?} (supported: {})",
+                path.display(),
+                GGUF_ARCHITECTURES.join(", ")
+            )));
+        }
+        Ok(Self::Gguf {
+            path: path.to_path_buf(),
+            architecture,
+        })
+    }
+
+    fn from_dir(dir: &Path) -> Result<Self> {
+        let config = dir.join("config.json");
+        let text = std::fs::read_to_string(&config).map_err(|e| ModelError::io(&config, e))?;
+        let root: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::config("config.json", format!("{}: {e}", config.display())))?;
+        let model_type = root
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| {
+                ModelError::config("model_type", format!("{}: missing", config.display()))
+            })?;
+        match model_type {
+            "gemma4" | "gemma4_text" => Ok(Self::Gemma4 {
+                dir: dir.to_path_buf(),
+            }),
+            "gemma4_assistant" => Ok(Self::Gemma4Assistant {
+                dir: dir.to_path_buf(),
+            }),
+            other => Err(ModelError::Unsupported(format!(
+                "{}: model_type {other:?} (supported: gemma4, gemma4_text, gemma4_assistant)",
+                config.display()
+            ))),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Gemma4 { dir } | Self::Gemma4Assistant { dir } => dir,
+            Self::Gguf { path, .. } => path,
+        }
+    }
+
+    pub fn is_gguf(&self) -> bool {
+        matches!(self, Self::Gguf { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::gguf_file::{self, Value};
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma4")
+    }
+
+    fn gguf_with_architecture(architecture: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "specd-source-{architecture}-{}.gguf",
+            std::process::id()
+        ));
+        let arch = Value::String(architecture.into());
+        let mut file = std::fs::File::create(&path).unwrap();
+        gguf_file::write(&mut file, &[("general.architecture", &arch)], &[]).unwrap();
+        path
+    }
+
+    #[test]
+    fn directories_are_told_apart_by_model_type() {
+        let target = fixtures().join("target-full");
+        assert_eq!(
+            ModelSource::detect(&target).unwrap(),
+            ModelSource::Gemma4 { dir: target }
+        );
+        let assistant = fixtures().join("assistant-dense");
+        assert_eq!(
+            ModelSource::detect(&assistant).unwrap(),
+            ModelSource::Gemma4Assistant { dir: assistant }
+        );
+    }
+
+    #[test]
+    fn gguf_files_are_told_apart_by_architecture() {
+        let qwen = gguf_with_architecture("qwen2");
+        let source = ModelSource::detect(&qwen).unwrap();
+        assert!(source.is_gguf());
+        assert_eq!(source.path(), qwen.as_path());
+        let gemma3 = gguf_with_architecture("gemma3");
+        let err = ModelSource::detect(&gemma3).unwrap_err().to_string();
+        assert!(err.contains("\"gemma3\""), "{err}");
+        let _ = std::fs::remove_file(qwen);
+        let _ = std::fs::remove_file(gemma3);
+    }
+
+    #[test]
+    fn other_paths_are_errors_naming_the_path() {
+        let weights = fixtures().join("target-full/model.safetensors");
+        let err = ModelSource::detect(&weights).unwrap_err().to_string();
+        assert!(err.contains("model.safetensors"), "{err}");
+        let missing = fixtures().join("no-such-model");
+        let err = ModelSource::detect(&missing).unwrap_err().to_string();
+        assert!(err.contains("no-such-model"), "{err}");
+    }
+}
