@@ -47,6 +47,19 @@ struct SessionState {
     sampling: Option<SamplingParams>,
 }
 
+/// Sessions opened by spawned Open calls that the request has not taken over yet, and
+/// whether the request has ended; shared with those calls, so that a session opened as the
+/// request goes away is closed by whichever side learns of it last.
+#[derive(Default)]
+struct Opening {
+    ended: bool,
+    unclaimed: Vec<(DrafterClient<Channel>, u64)>,
+}
+
+fn lock_opening(opening: &Mutex<Opening>) -> MutexGuard<'_, Opening> {
+    opening.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// One request's session on the drafter pool, as core's [`Drafter`].
 pub struct RemoteSession<'a> {
     pool: Arc<DrafterPool>,
@@ -57,6 +70,7 @@ pub struct RemoteSession<'a> {
     /// Sessions re-opened on another drafter, reported in the request's stats.
     resyncs: Arc<AtomicU32>,
     state: Mutex<SessionState>,
+    opening: Arc<Mutex<Opening>>,
 }
 
 /// A failed drafter call, and whether the drafter itself should be avoided for a while.
@@ -86,7 +100,15 @@ impl<'a> RemoteSession<'a> {
                 lease: Some(Arc::new(lease)),
                 ..SessionState::default()
             }),
+            opening: Arc::default(),
         }
+    }
+
+    /// The request takes over an opened session (it is then closed through `state`).
+    fn claim(&self, session_id: u64) {
+        lock_opening(&self.opening)
+            .unclaimed
+            .retain(|(_, id)| *id != session_id);
     }
 
     fn state(&self) -> MutexGuard<'_, SessionState> {
@@ -122,17 +144,30 @@ impl<'a> RemoteSession<'a> {
     }
 
     /// Opens a session on `lease`'s drafter. The call completes in its own task, which
-    /// closes the session if this request was dropped meanwhile.
+    /// records the session as unclaimed until the request [claims](Self::claim) it, or
+    /// closes it when the request has already ended.
     async fn open_on(&self, lease: &Lease, messages: Vec<WireOpen>) -> Result<u64, CallFailure> {
         let (sender, receiver) = oneshot::channel();
         let client = lease.client();
         let deadline = self.deadline;
+        let opening = self.opening.clone();
         tokio::spawn(
             async move {
                 let outcome = open_call(client.clone(), messages, deadline).await;
-                if let Err(Ok(orphan)) = sender.send(outcome) {
-                    close_call(client, orphan).await;
+                if let Ok(session_id) = outcome {
+                    let ended = {
+                        let mut opening = lock_opening(&opening);
+                        if !opening.ended {
+                            opening.unclaimed.push((client.clone(), session_id));
+                        }
+                        opening.ended
+                    };
+                    if ended {
+                        close_call(client, session_id).await;
+                        return;
+                    }
                 }
+                let _ = sender.send(outcome);
             }
             .instrument(tracing::Span::current()),
         );
@@ -262,6 +297,7 @@ impl<'a> RemoteSession<'a> {
             };
             match self.draft_on(&lease, first).await {
                 Ok(drafts) => {
+                    self.claim(session_id);
                     info!(url = lease.url(), session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
                     specd_telemetry::record::fallback("failover");
@@ -276,6 +312,7 @@ impl<'a> RemoteSession<'a> {
                     return Ok(drafts);
                 }
                 Err(failure) => {
+                    self.claim(session_id);
                     tokio::spawn(close_call(lease.client(), session_id));
                     last = self.note_failure(&lease, failure)?;
                 }
@@ -377,6 +414,7 @@ impl Drafter for RemoteSession<'_> {
             tried.push(current.url().to_owned());
             match self.open_on(&current, messages.clone()).await {
                 Ok(session_id) => {
+                    self.claim(session_id);
                     let mut state = self.state();
                     state.lease = Some(current);
                     state.session_id = Some(session_id);
@@ -490,17 +528,24 @@ impl Drafter for RemoteSession<'_> {
             let mut state = self.state();
             (state.lease.take(), state.session_id.take())
         };
-        let (Some(lease), Some(session_id)) = (lease, session_id) else {
-            return;
+        let mut open: Vec<(DrafterClient<Channel>, u64)> = {
+            let mut opening = lock_opening(&self.opening);
+            opening.ended = true;
+            std::mem::take(&mut opening.unclaimed)
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(close_call(lease.client(), session_id));
+        if let (Some(lease), Some(session_id)) = (lease, session_id) {
+            open.push((lease.client(), session_id));
+        }
+        for (client, session_id) in open {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(close_call(client, session_id));
+                }
+                Err(_) => warn!(
+                    session_id,
+                    "no runtime to close the drafter session on; it will expire"
+                ),
             }
-            Err(_) => warn!(
-                session_id,
-                "no runtime to close the drafter session on; it will expire"
-            ),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The verifier side of one request, over gRPC.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use specd_core::{
@@ -47,12 +47,26 @@ struct Handle {
     committed_len: u32,
 }
 
+/// The live sequence, shared with the spawned Prefill call so that the id is recorded the
+/// moment the verifier answers, whatever becomes of the request meanwhile.
+#[derive(Debug, Default)]
+struct SequenceState {
+    live: Option<Handle>,
+    /// The request has ended: a sequence the Prefill call learns of from now on is freed
+    /// by that call.
+    abandoned: bool,
+}
+
 /// One request's sequence on a remote verifier, as core's [`Verifier`]. The round loop runs
 /// one request per value, so the verifier-assigned id is simply kept here.
 pub struct RemoteSequence {
     client: VerifierClient<Channel>,
     options: SequenceOptions,
-    handle: Mutex<Option<Handle>>,
+    state: Arc<Mutex<SequenceState>>,
+}
+
+fn lock_state(state: &Mutex<SequenceState>) -> MutexGuard<'_, SequenceState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Prefill's answer, as the spawned call hands it over.
@@ -68,16 +82,18 @@ impl RemoteSequence {
         Self {
             client,
             options,
-            handle: Mutex::new(None),
+            state: Arc::default(),
         }
     }
 
-    fn handle(&self) -> MutexGuard<'_, Option<Handle>> {
-        self.handle.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, SequenceState> {
+        lock_state(&self.state)
     }
 
     fn current(&self) -> Result<Handle, RemoteError> {
-        (*self.handle()).ok_or_else(|| RemoteError::protocol("verifier", "no sequence is live"))
+        self.state()
+            .live
+            .ok_or_else(|| RemoteError::protocol("verifier", "no sequence is live"))
     }
 
     /// The sequence's shared-K/V snapshot at its committed length, for opening a drafter
@@ -176,27 +192,40 @@ impl Verifier for RemoteSequence {
             with_mtp_state: self.options.with_mtp_state && request.want_carry,
             max_chunk_bytes: self.options.max_chunk_bytes,
         };
-        // The call runs in its own task so that it always learns the sequence id: if this
-        // request is dropped meanwhile, the task releases the sequence itself.
+        // The call runs in its own task so that it always learns the sequence id, and records
+        // it in the shared state itself: a request dropped before or after that point finds
+        // the sequence there (`release_detached`), or the task finds the request gone and
+        // releases the sequence.
         let (sender, receiver) = oneshot::channel();
         let client = self.client.clone();
         let deadline = self.options.deadline;
+        let state = self.state.clone();
         tokio::spawn(
             async move {
                 let outcome = prefill_call(client.clone(), wire, deadline).await;
-                if let Err(Ok(orphan)) = sender.send(outcome) {
-                    release_call(client, orphan.seq_id).await;
+                if let Ok(outcome) = &outcome {
+                    let recorded = {
+                        let mut state = lock_state(&state);
+                        if !state.abandoned {
+                            state.live = Some(Handle {
+                                seq_id: outcome.seq_id,
+                                committed_len: outcome.committed_len,
+                            });
+                        }
+                        !state.abandoned
+                    };
+                    if !recorded {
+                        release_call(client, outcome.seq_id).await;
+                        return;
+                    }
                 }
+                let _ = sender.send(outcome);
             }
             .instrument(tracing::Span::current()),
         );
         let outcome = receiver
             .await
             .map_err(|_| RemoteError::protocol("verifier", "prefill task ended early"))??;
-        *self.handle() = Some(Handle {
-            seq_id: outcome.seq_id,
-            committed_len: outcome.committed_len,
-        });
         Ok(Prefilled {
             first_token: outcome.first_token,
             carry: request.want_carry.then_some(outcome.carry),
@@ -248,7 +277,7 @@ impl Verifier for RemoteSequence {
                 ),
             ));
         }
-        if let Some(live) = self.handle().as_mut() {
+        if let Some(live) = self.state().live.as_mut() {
             live.committed_len = response.committed_len;
         }
         let carry = WireCarry {
@@ -289,7 +318,7 @@ impl Verifier for RemoteSequence {
             .await
             .map_err(RemoteError::verifier)?
             .into_inner();
-        if let Some(live) = self.handle().as_mut() {
+        if let Some(live) = self.state().live.as_mut() {
             live.committed_len = response.committed_len;
         }
         Ok(())
@@ -298,7 +327,7 @@ impl Verifier for RemoteSequence {
     async fn release(&self, _seq: SeqId) -> Result<(), RemoteError> {
         // The handle stays until the call has answered: if this future is dropped meanwhile
         // (a deadline, a cancelled client), `release_detached` still knows the sequence.
-        let handle = *self.handle();
+        let handle = self.state().live;
         if let Some(handle) = handle {
             let released = self
                 .client
@@ -307,14 +336,19 @@ impl Verifier for RemoteSequence {
                     seq_id: handle.seq_id,
                 }))
                 .await;
-            self.handle().take();
+            self.state().live.take();
             released.map_err(RemoteError::verifier)?;
         }
         Ok(())
     }
 
     fn release_detached(&self, _seq: SeqId) {
-        let Some(handle) = self.handle().take() else {
+        let live = {
+            let mut state = self.state();
+            state.abandoned = true;
+            state.live.take()
+        };
+        let Some(handle) = live else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
