@@ -1,20 +1,24 @@
 //! Causal attention of a packed batch over host K/V.
 //!
 //! A work unit is one KV head of a block of up to [`QUERY_BLOCK`] consecutive tokens of one
-//! sequence: it reads each cached K and V row once for every query head of its group and
-//! every token of the block. Each (token, head) output is still computed by one fixed
-//! sequence of operations (its scores in key order, its softmax, its weighted sum in key
-//! order), so the block a token lands in never changes its result.
+//! sequence: it reads each cached K tile and V row once for every query head of its group
+//! and every token of the block. Each (token, head) output is still computed by one fixed
+//! sequence of operations (each score a multiply-add chain over the head's dimensions, its
+//! softmax, its weighted sum in key order), so the block a token lands in never changes its
+//! result.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::isa::Isa;
-use super::kv::KvBuffers;
+use super::kv::{KvBuffers, KEY_TILE};
 use super::pool::ThreadPool;
 
 /// Tokens of one sequence a unit serves.
 const QUERY_BLOCK: usize = 8;
+
+/// Query rows whose scores against one key tile are accumulated together.
+const QUERY_ROWS: usize = 4;
 
 const LANES: usize = 16;
 
@@ -160,67 +164,102 @@ fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
     let (d, group) = (h.head_dim, h.heads / h.kv_heads);
     let width = h.heads * d;
     let keys = u.first_pos + u.tokens;
-    {
-        scores.resize(u.tokens * group * keys, 0.0);
-        // Row (token i, head g) holds the scores of keys 0..=first_pos + i.
-        let query = |i: usize, g: usize| {
-            let at = i * width + (u.kv_head * group + g) * d;
-            &u.q[at..at + d]
-        };
-        for (t, key) in u.k.chunks_exact(d).enumerate() {
-            for i in t.saturating_sub(u.first_pos)..u.tokens {
-                for g in 0..group {
-                    scores[(i * group + g) * keys + t] = dot_fused(query(i, g), key) * h.scale;
+    // Each (token, head) row of scores is padded to whole key tiles.
+    let stride = keys.next_multiple_of(KEY_TILE);
+    scores.resize(u.tokens * group * stride, 0.0);
+    // Row r = (token i, head g); token i sees keys 0..=first_pos + i.
+    let query = |r: usize| {
+        let (i, g) = (r / group, r % group);
+        let at = i * width + (u.kv_head * group + g) * d;
+        &u.q[at..at + d]
+    };
+    for (tile, keys_tile) in u.k.chunks_exact(d * KEY_TILE).enumerate() {
+        let first_key = tile * KEY_TILE;
+        // Rows whose token sees at least the tile's first key.
+        let mut r = first_key.saturating_sub(u.first_pos) * group;
+        let rows = u.tokens * group;
+        while r < rows {
+            let n = QUERY_ROWS.min(rows - r);
+            let mut acc = [[0f32; KEY_TILE]; QUERY_ROWS];
+            let qs: [&[f32]; QUERY_ROWS] = std::array::from_fn(|j| query(r + j.min(n - 1)));
+            for (dim, k) in keys_tile.chunks_exact(KEY_TILE).enumerate() {
+                for (a, q) in acc.iter_mut().zip(&qs) {
+                    let qd = q[dim];
+                    for (al, kl) in a.iter_mut().zip(k) {
+                        *al = qd.mul_add(*kl, *al);
+                    }
                 }
             }
-        }
-        for i in 0..u.tokens {
-            for g in 0..group {
-                let row = &mut scores[(i * group + g) * keys..][..u.first_pos + i + 1];
-                softmax(row);
-                // SAFETY: this unit alone writes head `g` of its group for token `i`.
-                let o = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        u.out.add(i * width + (u.kv_head * group + g) * d),
-                        d,
-                    )
-                };
-                o.fill(0.0);
+            for (j, a) in acc.iter().take(n).enumerate() {
+                let row = &mut scores[(r + j) * stride + first_key..][..KEY_TILE];
+                for (s, v) in row.iter_mut().zip(a) {
+                    *s = v * h.scale;
+                }
             }
+            r += n;
         }
-        for (t, value) in u.v.chunks_exact(d).enumerate() {
-            for i in t.saturating_sub(u.first_pos)..u.tokens {
-                for g in 0..group {
-                    let p = scores[(i * group + g) * keys + t];
-                    // SAFETY: as above.
-                    let o = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            u.out.add(i * width + (u.kv_head * group + g) * d),
-                            d,
-                        )
-                    };
-                    axpy_fused(p, value, o);
+    }
+    for r in 0..u.tokens * group {
+        let i = r / group;
+        softmax(&mut scores[r * stride..r * stride + u.first_pos + i + 1]);
+    }
+    let rows = u.tokens * group;
+    let limit = |r: usize| u.first_pos + r / group + 1;
+    let out_row = |r: usize| {
+        let (i, g) = (r / group, r % group);
+        // SAFETY: this unit alone writes head `g` of its group for token `i`.
+        unsafe { u.out.add(i * width + (u.kv_head * group + g) * d) }
+    };
+    match d {
+        64 => weighted_sums::<64, 4>(scores, stride, rows, &limit, u.v, &out_row),
+        128 => weighted_sums::<128, 2>(scores, stride, rows, &limit, u.v, &out_row),
+        _ => {
+            for r in 0..rows {
+                // SAFETY: as above.
+                let o = unsafe { std::slice::from_raw_parts_mut(out_row(r), d) };
+                o.fill(0.0);
+                for (t, value) in u.v.chunks_exact(d).take(limit(r)).enumerate() {
+                    axpy_fused(scores[r * stride + t], value, o);
                 }
             }
         }
     }
 }
 
-/// `sum a[i] * b[i]`: 16 lane accumulators of fused multiply-adds, reduced pairwise.
+/// `out_r = sum_t p[r][t] * v[t]` over each row's keys `0..limit(r)`, in key order, for `N`
+/// rows at a time whose sums stay in registers while every V row is read once for them.
 #[inline(always)]
-fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (xa, xb) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] = xa[l].mul_add(xb[l], acc[l]);
+fn weighted_sums<const D: usize, const N: usize>(
+    scores: &[f32],
+    stride: usize,
+    rows: usize,
+    limit: &impl Fn(usize) -> usize,
+    v: &[f32],
+    out_row: &impl Fn(usize) -> *mut f32,
+) {
+    let mut r = 0;
+    while r < rows {
+        let n = N.min(rows - r);
+        let limits: [usize; N] = std::array::from_fn(|j| if j < n { limit(r + j) } else { 0 });
+        let keys = limits.iter().copied().max().unwrap_or(0);
+        let mut acc = [[0f32; D]; N];
+        for (t, value) in v.chunks_exact(D).take(keys).enumerate() {
+            for (j, a) in acc.iter_mut().enumerate() {
+                if t < limits[j] {
+                    let p = scores[(r + j) * stride + t];
+                    for (x, vx) in a.iter_mut().zip(value) {
+                        *x = p.mul_add(*vx, *x);
+                    }
+                }
+            }
         }
+        for (j, a) in acc.iter().take(n).enumerate() {
+            // SAFETY: row `r + j`'s output belongs to this unit alone.
+            let o = unsafe { std::slice::from_raw_parts_mut(out_row(r + j), D) };
+            o.copy_from_slice(a);
+        }
+        r += n;
     }
-    for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
-        acc[l] = x.mul_add(*y, acc[l]);
-    }
-    reduce_sum(acc)
 }
 
 #[inline(always)]
@@ -292,10 +331,17 @@ mod tests {
     /// A block of tokens, against each token alone and a float reference.
     #[test]
     fn a_block_of_tokens_attends_like_each_token_alone() {
+        // The generic path and the register-blocked weighted sums (64 and 128 dimensions).
+        for head_dim in [32, 64, 128] {
+            block_attends_like_each_token_alone(head_dim);
+        }
+    }
+
+    fn block_attends_like_each_token_alone(head_dim: usize) {
         let h = Heads {
             heads: 4,
             kv_heads: 2,
-            head_dim: 32,
+            head_dim,
             scale: 0.2,
         };
         let (tokens, past) = (11, 5);
@@ -345,16 +391,17 @@ mod tests {
                 );
                 for head in 0..h.heads {
                     let kvh = head / (h.heads / h.kv_heads);
-                    let (k, v) = kv.head(0, kvh, past + t + 1);
+                    let (_, v) = kv.head(0, kvh, past + t + 1);
                     let qh = &q[t * width + head * h.head_dim..][..h.head_dim];
-                    let s: Vec<f64> = k
-                        .chunks(h.head_dim)
-                        .map(|kr| {
-                            kr.iter()
-                                .zip(qh)
-                                .map(|(a, b)| (*a as f64) * (*b as f64))
+                    let key = |pos: usize, dim: usize| {
+                        f64::from(value(pos * 131 + kvh * h.head_dim + dim))
+                    };
+                    let s: Vec<f64> = (0..past + t + 1)
+                        .map(|pos| {
+                            (0..h.head_dim)
+                                .map(|dim| key(pos, dim) * f64::from(qh[dim]))
                                 .sum::<f64>()
-                                * h.scale as f64
+                                * f64::from(h.scale)
                         })
                         .collect();
                     let m = s.iter().cloned().fold(f64::MIN, f64::max);

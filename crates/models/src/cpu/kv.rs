@@ -1,16 +1,25 @@
-//! A sequence's K/V in host memory: per layer, K and V as `[kv_heads, capacity, head_dim]`
-//! f32, written in place; growing copies the valid positions into larger buffers.
+//! A sequence's K/V in host memory, written in place; growing copies the valid positions
+//! into larger buffers.
+//!
+//! V is kept as `[kv_heads, capacity, head_dim]`. K is kept in tiles of [`KEY_TILE`] keys,
+//! `[kv_heads, capacity / 16, head_dim, 16]`, so that attention computes the scores of 16
+//! keys with one vector multiply-add per dimension and no horizontal reduction.
+
+/// Keys side by side in one K tile.
+pub const KEY_TILE: usize = 16;
 
 /// K/V buffers of one sequence.
 pub struct KvBuffers {
     layers: Vec<(Vec<f32>, Vec<f32>)>,
     kv_heads: usize,
     head_dim: usize,
+    /// A multiple of [`KEY_TILE`].
     capacity: usize,
 }
 
 impl KvBuffers {
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize, capacity: usize) -> Self {
+        let capacity = capacity.next_multiple_of(KEY_TILE);
         let size = kv_heads * capacity * head_dim;
         Self {
             layers: (0..layers)
@@ -42,18 +51,21 @@ impl KvBuffers {
         2 * self.layers.len() * self.kv_heads * self.capacity * self.head_dim * 4
     }
 
-    /// Grows every layer to `capacity` positions, keeping the first `keep`.
+    /// Grows every layer to at least `capacity` positions, keeping the first `keep`.
     pub fn grow(&mut self, capacity: usize, keep: usize) {
+        let capacity = capacity.next_multiple_of(KEY_TILE);
         if capacity <= self.capacity {
             return;
         }
         let (heads, dim, old) = (self.kv_heads, self.head_dim, self.capacity);
+        // Both layouts keep one head's positions contiguous and in order (K by whole tiles).
+        let kept_k = keep.next_multiple_of(KEY_TILE) * dim;
         for (k, v) in &mut self.layers {
-            for buf in [k, v] {
+            for (buf, kept) in [(k, kept_k), (v, keep * dim)] {
                 let mut grown = vec![0.0; heads * capacity * dim];
                 for h in 0..heads {
-                    let from = &buf[h * old * dim..(h * old + keep) * dim];
-                    grown[h * capacity * dim..(h * capacity + keep) * dim].copy_from_slice(from);
+                    let from = &buf[h * old * dim..h * old * dim + kept];
+                    grown[h * capacity * dim..h * capacity * dim + kept].copy_from_slice(from);
                 }
                 *buf = grown;
             }
@@ -65,18 +77,25 @@ impl KvBuffers {
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (cap, dim) = (self.capacity, self.head_dim);
         let (kb, vb) = &mut self.layers[layer];
+        let (tile, lane) = (pos / KEY_TILE, pos % KEY_TILE);
         for h in 0..self.kv_heads {
+            let tile_at = (h * cap / KEY_TILE + tile) * dim * KEY_TILE;
+            for (d, value) in k[h * dim..(h + 1) * dim].iter().enumerate() {
+                kb[tile_at + d * KEY_TILE + lane] = *value;
+            }
             let at = (h * cap + pos) * dim;
-            kb[at..at + dim].copy_from_slice(&k[h * dim..(h + 1) * dim]);
             vb[at..at + dim].copy_from_slice(&v[h * dim..(h + 1) * dim]);
         }
     }
 
-    /// K and V rows `0..len` of one head of one layer, each `[len, head_dim]`.
+    /// One head of one layer over positions `0..len`: the K tiles that hold them
+    /// (`[ceil(len / 16), head_dim, 16]`; lanes past `len` hold stale values) and the V rows
+    /// (`[len, head_dim]`).
     pub fn head(&self, layer: usize, head: usize, len: usize) -> (&[f32], &[f32]) {
         let (cap, dim) = (self.capacity, self.head_dim);
         let (k, v) = &self.layers[layer];
         let at = head * cap * dim;
-        (&k[at..at + len * dim], &v[at..at + len * dim])
+        let tiles = len.div_ceil(KEY_TILE);
+        (&k[at..at + tiles * KEY_TILE * dim], &v[at..at + len * dim])
     }
 }
