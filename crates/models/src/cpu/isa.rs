@@ -84,6 +84,27 @@ impl Isa {
         })
     }
 
+    /// One pass over a gate tile and the matching up tile for 1..=8 rows, writing
+    /// `silu(gate) * up` (the SwiGLU of an MLP).
+    ///
+    /// # Safety
+    /// As [`Isa::run_tile`], for each tile with its own format and block count (both
+    /// formats read the same activation rows).
+    pub(crate) unsafe fn run_swiglu_tile(
+        self,
+        tiles: [(WeightFormat, *const u8, usize); 2],
+        rows: &[ActRow],
+        out: &mut [[f32; 16]],
+    ) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => swiglu_avx512(tiles, rows, out),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => swiglu_avx2(tiles, rows, out),
+            _ => swiglu::<Portable>(tiles, rows, out),
+        }
+    }
+
     /// One pass over a tile for 1..=8 rows.
     ///
     /// # Safety
@@ -139,4 +160,42 @@ unsafe fn tile_portable(
     out: &mut [[f32; 16]],
 ) {
     run_rows::<Portable>(format, tile, blocks, rows, out)
+}
+
+/// Gate and up tiles, then `silu(gate) * up` in place of the gate values.
+#[inline(always)]
+unsafe fn swiglu<L: super::lanes::Lanes>(
+    tiles: [(WeightFormat, *const u8, usize); 2],
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    let mut up = [[0f32; 16]; super::tile::MAX_ROWS];
+    let [(gate_format, gate, gate_blocks), (up_format, up_tile, up_blocks)] = tiles;
+    run_rows::<L>(gate_format, gate, gate_blocks, rows, out);
+    run_rows::<L>(up_format, up_tile, up_blocks, rows, &mut up[..rows.len()]);
+    for (gate, up) in out.iter_mut().zip(&up) {
+        for (g, u) in gate.iter_mut().zip(up) {
+            *g = *g / (1.0 + super::ops::exp(-*g)) * u;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
+unsafe fn swiglu_avx512(
+    tiles: [(WeightFormat, *const u8, usize); 2],
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    swiglu::<super::lanes::avx512::Avx512>(tiles, rows, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn swiglu_avx2(
+    tiles: [(WeightFormat, *const u8, usize); 2],
+    rows: &[ActRow],
+    out: &mut [[f32; 16]],
+) {
+    swiglu::<super::lanes::avx2::Avx2>(tiles, rows, out)
 }

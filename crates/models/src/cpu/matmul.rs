@@ -37,6 +37,14 @@ impl LayerInput {
         &mut self.x[..rows * cols]
     }
 
+    /// The f32 rows to change in place (`rows` rows of `cols`, as last reset); their
+    /// quantized forms are forgotten.
+    pub fn reset_keeping(&mut self, rows: usize, cols: usize) -> &mut [f32] {
+        assert_eq!((rows, cols), (self.rows, self.cols), "rows kept in place");
+        self.quantized = [false; 2];
+        &mut self.x[..rows * cols]
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }
@@ -108,6 +116,13 @@ pub enum Output<'a> {
     },
     /// The index and value of each row's largest output (the lowest index among equals).
     Argmax(&'a mut [(u32, f32)]),
+    /// The task's matrix is a gate projection and `up` the up projection of the same
+    /// shape: `out[r * out_features + j] = silu(gate[r][j]) * up[r][j]`, each tile of both
+    /// computed by one worker, so neither projection is ever stored.
+    SwiGlu {
+        up: &'a PackedMatrix,
+        out: &'a mut [f32],
+    },
 }
 
 /// One matrix of a parallel region.
@@ -146,6 +161,8 @@ struct Part<'a> {
     /// The task's first tile in the region's numbering.
     start: usize,
     argmax: Option<ArgmaxSlots>,
+    /// The up projection of a SwiGLU task.
+    up: Option<&'a PackedMatrix>,
 }
 
 /// Runs every task (at most [`MAX_TASKS`]) in one parallel region; apart from argmax
@@ -165,14 +182,23 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
                 assert!(bias.is_none_or(|b| b.len() == t.matrix.out_features()));
             }
             Output::Argmax(best) => assert_eq!(best.len(), t.input.rows()),
+            Output::SwiGlu { up, out } => {
+                // Both read the same quantized rows.
+                assert_eq!(up.format().activation(), t.matrix.format().activation());
+                assert_eq!(
+                    (up.out_features(), up.in_features()),
+                    (t.matrix.out_features(), t.matrix.in_features())
+                );
+                assert!(out.len() >= t.input.rows() * t.matrix.out_features());
+            }
         }
     }
     let threads = pool.threads();
     let mut total = 0;
     let mut parts: [Option<Part<'_>>; MAX_TASKS] = std::array::from_fn(|_| None);
     for (part, t) in parts.iter_mut().zip(tasks.iter_mut()) {
-        let (out, bias, argmax) = match &mut t.output {
-            Output::Store { out, bias } => (Some(SendPtr(out.as_mut_ptr())), *bias, None),
+        let (out, bias, argmax, up) = match &mut t.output {
+            Output::Store { out, bias } => (Some(SendPtr(out.as_mut_ptr())), *bias, None, None),
             Output::Argmax(_) => (
                 None,
                 None,
@@ -181,7 +207,9 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
                         .map(|_| UnsafeCell::new(vec![NONE; t.input.rows()]))
                         .collect(),
                 )),
+                None,
             ),
+            Output::SwiGlu { up, out } => (Some(SendPtr(out.as_mut_ptr())), None, None, Some(*up)),
         };
         *part = Some(Part {
             matrix: t.matrix,
@@ -190,6 +218,7 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             out,
             start: total,
             argmax,
+            up,
         });
         total += t.matrix.tiles();
     }
@@ -257,16 +286,30 @@ fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<
         for (i, row) in rows.iter_mut().take(n).enumerate() {
             *row = input.act_row(kind, r0 + i);
         }
-        // SAFETY: `isa` is supported (checked in `run`), the tile and rows match the matrix.
-        unsafe {
-            isa.run_tile(
-                matrix.format(),
-                ptr,
-                matrix.blocks(),
-                &rows[..n],
-                &mut buf[..n],
-            )
-        };
+        match part.up {
+            // SAFETY: `isa` is supported (checked in `run`), the tiles and rows match the
+            // matrices (the up projection has the gate's shape and activation kind).
+            Some(up) => unsafe {
+                isa.run_swiglu_tile(
+                    [
+                        (matrix.format(), ptr, matrix.blocks()),
+                        (up.format(), up.tile_ptr(tile), up.blocks()),
+                    ],
+                    &rows[..n],
+                    &mut buf[..n],
+                )
+            },
+            // SAFETY: as above.
+            None => unsafe {
+                isa.run_tile(
+                    matrix.format(),
+                    ptr,
+                    matrix.blocks(),
+                    &rows[..n],
+                    &mut buf[..n],
+                )
+            },
+        }
         for (i, vals) in buf.iter().take(n).enumerate() {
             let r = r0 + i;
             if let Some(SendPtr(out)) = out {

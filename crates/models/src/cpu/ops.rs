@@ -72,14 +72,6 @@ pub fn exp(x: f32) -> f32 {
     p * scale
 }
 
-/// `gate = silu(gate) * up`.
-#[inline(always)]
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp(-*g)) * u;
-    }
-}
-
 /// `x += y`.
 #[inline(always)]
 pub fn add(x: &mut [f32], y: &[f32]) {

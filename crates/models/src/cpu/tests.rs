@@ -225,3 +225,37 @@ fn packing_keeps_the_gguf_size_but_for_q4k_scales() {
         assert_eq!(m.bytes(), expected, "{format:?}");
     }
 }
+
+#[test]
+fn swiglu_output_equals_silu_of_gate_times_up() {
+    let pool = ThreadPool::new(2);
+    let (format, out, inp) = (WeightFormat::Q4K, 40, 256);
+    let (gate_raw, _) = weight(format, out, inp, 21);
+    let (up_raw, _) = weight(format, out, inp, 22);
+    let gate = PackedMatrix::from_gguf(format, out, inp, &gate_raw, &pool).unwrap();
+    let up = PackedMatrix::from_gguf(format, out, inp, &up_raw, &pool).unwrap();
+    let rows = 11;
+    let x = inputs(rows, inp, 23);
+    let g = multiply(&gate, &x, rows, &pool, Isa::active());
+    let u = multiply(&up, &x, rows, &pool, Isa::active());
+    let mut input = LayerInput::default();
+    input.reset(rows, inp).copy_from_slice(&x);
+    input.prepare_for(&[&gate, &up], &pool);
+    let mut fused = vec![0f32; rows * out];
+    matmul(
+        &mut [Task {
+            matrix: &gate,
+            input: &input,
+            output: Output::SwiGlu {
+                up: &up,
+                out: &mut fused,
+            },
+        }],
+        &pool,
+        Isa::active(),
+    );
+    for (i, f) in fused.iter().enumerate() {
+        let want = g[i] / (1.0 + ops::exp(-g[i])) * u[i];
+        assert_eq!(f.to_bits(), want.to_bits(), "element {i}");
+    }
+}

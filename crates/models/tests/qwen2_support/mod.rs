@@ -84,7 +84,8 @@ pub enum TinyLayout {
     Mixed,
     /// Every weight F32 (for comparison with the reference forward).
     AllF32,
-    /// Q4_K and Q6_K (the real pair's formats) with a Q8_0 output projection: needs widths
+    /// Q4_K and Q6_K (the real pair's formats) with a Q8_0 output projection and a Q5_0 up
+    /// projection (a gate and an up that read differently quantized inputs): needs widths
     /// that are multiples of 256 (see [`TinySpec::k_quants`]).
     KQuants,
     /// F16 and BF16.
@@ -125,6 +126,7 @@ impl TinySpec {
             TinyLayout::KQuants => match kind {
                 "attn_v" | "ffn_down" => GgmlDType::Q6K,
                 "output" => GgmlDType::Q8_0,
+                "ffn_up" => GgmlDType::Q5_0,
                 _ => GgmlDType::Q4K,
             },
             TinyLayout::Half => match kind {

@@ -1,6 +1,6 @@
 //! One packed forward pass of the engine.
 
-use crate::cpu::ops::{add, rms_norm, rope, silu_mul};
+use crate::cpu::ops::{add, rms_norm, rope};
 use crate::cpu::{
     attend, dequantize_row, with_isa, Heads, Isa, KvBuffers, LayerInput, Output, Span, Task,
     ThreadPool,
@@ -19,7 +19,7 @@ pub(crate) struct Workspace {
     v: Vec<f32>,
     attn: LayerInput,
     proj: Vec<f32>,
-    gate: Vec<f32>,
+    /// The up projection, when it cannot be fused with the gate (see `mlp_input`).
     up: Vec<f32>,
     mlp: LayerInput,
     cos: Vec<f32>,
@@ -183,35 +183,51 @@ impl Engine {
             });
         }
         ws.input.prepare_for(&[&l.gate, &l.up], pool);
-        ws.gate.resize(n * ffn, 0.0);
-        ws.up.resize(n * ffn, 0.0);
-        crate::cpu::matmul(
-            &mut [
-                Task {
+        if l.gate.format().activation() == l.up.format().activation() {
+            crate::cpu::matmul(
+                &mut [Task {
                     matrix: &l.gate,
                     input: &ws.input,
-                    output: Output::Store {
-                        out: &mut ws.gate[..n * ffn],
-                        bias: None,
+                    output: Output::SwiGlu {
+                        up: &l.up,
+                        out: ws.mlp.reset(n, ffn),
                     },
-                },
-                Task {
-                    matrix: &l.up,
-                    input: &ws.input,
-                    output: Output::Store {
-                        out: &mut ws.up[..n * ffn],
-                        bias: None,
+                }],
+                pool,
+                isa,
+            );
+        } else {
+            // Gate and up stored in formats that read differently quantized inputs (a
+            // re-encoded tensor beside a native one): two stored projections, then SwiGLU.
+            ws.up.resize(n * ffn, 0.0);
+            crate::cpu::matmul(
+                &mut [
+                    Task {
+                        matrix: &l.gate,
+                        input: &ws.input,
+                        output: Output::Store {
+                            out: ws.mlp.reset(n, ffn),
+                            bias: None,
+                        },
                     },
-                },
-            ],
-            pool,
-            isa,
-        );
-        {
-            let (gate, up) = (&ws.gate, &ws.up);
-            for_rows(ws.mlp.reset(n, ffn), ffn, pool, isa, |r, out| {
-                out.copy_from_slice(&gate[r * ffn..(r + 1) * ffn]);
-                silu_mul(out, &up[r * ffn..(r + 1) * ffn]);
+                    Task {
+                        matrix: &l.up,
+                        input: &ws.input,
+                        output: Output::Store {
+                            out: &mut ws.up[..n * ffn],
+                            bias: None,
+                        },
+                    },
+                ],
+                pool,
+                isa,
+            );
+            let up = &ws.up;
+            let gate = ws.mlp.reset_keeping(n, ffn);
+            for_rows(gate, ffn, pool, isa, |r, row| {
+                for (g, u) in row.iter_mut().zip(&up[r * ffn..(r + 1) * ffn]) {
+                    *g = *g / (1.0 + crate::cpu::ops::exp(-*g)) * u;
+                }
             });
         }
         ws.mlp.prepare_for(&[&l.down], pool);
