@@ -262,18 +262,6 @@ fn weighted_sums<const D: usize, const N: usize>(
     }
 }
 
-#[inline(always)]
-fn reduce_sum(mut acc: [f32; LANES]) -> f32 {
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            acc[l] += acc[l + width];
-        }
-    }
-    acc[0]
-}
-
 /// `y += alpha * x`, fused.
 #[inline(always)]
 fn axpy_fused(alpha: f32, x: &[f32], y: &mut [f32]) {
@@ -301,7 +289,7 @@ fn softmax(w: &mut [f32]) {
             *s += v;
         }
     }
-    let inv = 1.0 / reduce_sum(sums);
+    let inv = 1.0 / super::ops::reduce(sums);
     for v in w.iter_mut() {
         *v *= inv;
     }

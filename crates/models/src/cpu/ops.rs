@@ -23,8 +23,9 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     reduce(acc)
 }
 
+/// Sums 16 lanes pairwise, in a fixed order.
 #[inline(always)]
-fn reduce(mut acc: [f32; LANES]) -> f32 {
+pub(crate) fn reduce(mut acc: [f32; LANES]) -> f32 {
     let mut width = LANES;
     while width > 1 {
         width /= 2;

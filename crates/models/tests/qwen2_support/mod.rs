@@ -281,6 +281,16 @@ pub fn compare(a: &Tensor, b: &Tensor) -> (usize, f32) {
     (differing, max)
 }
 
+/// The largest magnitude in a tensor (the scale differences are judged against).
+pub fn max_abs(t: &Tensor) -> f32 {
+    t.abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 pub fn argmax_rows(logits: &Tensor) -> Vec<u32> {
     logits
         .argmax(candle_core::D::Minus1)

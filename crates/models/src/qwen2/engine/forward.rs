@@ -159,21 +159,7 @@ impl Engine {
             let out = ws.attn.reset(n, h);
             attend(&ws.q[..n * h], spans, &caches, index, heads, out, pool, isa);
         }
-        ws.attn.prepare_for(&[&l.o], pool);
-        ws.proj.resize(n * h, 0.0);
-        crate::cpu::matmul(
-            &mut [Task {
-                matrix: &l.o,
-                input: &ws.attn,
-                output: Output::Store {
-                    out: &mut ws.proj[..n * h],
-                    bias: None,
-                },
-            }],
-            pool,
-            isa,
-        );
-        with_isa(isa, || add(&mut ws.x[..n * h], &ws.proj[..n * h]));
+        project_residual(&l.o, &mut ws.attn, &mut ws.proj, &mut ws.x, n, pool, isa);
 
         // MLP: the normed input is quantized once for gate and up.
         {
@@ -230,21 +216,36 @@ impl Engine {
                 }
             });
         }
-        ws.mlp.prepare_for(&[&l.down], pool);
-        crate::cpu::matmul(
-            &mut [Task {
-                matrix: &l.down,
-                input: &ws.mlp,
-                output: Output::Store {
-                    out: &mut ws.proj[..n * h],
-                    bias: None,
-                },
-            }],
-            pool,
-            isa,
-        );
-        with_isa(isa, || add(&mut ws.x[..n * h], &ws.proj[..n * h]));
+        project_residual(&l.down, &mut ws.mlp, &mut ws.proj, &mut ws.x, n, pool, isa);
     }
+}
+
+/// `x += input W^T` for a projection without bias (attention output, MLP down).
+fn project_residual(
+    matrix: &crate::cpu::PackedMatrix,
+    input: &mut LayerInput,
+    proj: &mut Vec<f32>,
+    x: &mut [f32],
+    n: usize,
+    pool: &ThreadPool,
+    isa: Isa,
+) {
+    let h = matrix.out_features();
+    input.prepare_for(&[matrix], pool);
+    proj.resize(n * h, 0.0);
+    crate::cpu::matmul(
+        &mut [Task {
+            matrix,
+            input,
+            output: Output::Store {
+                out: &mut proj[..n * h],
+                bias: None,
+            },
+        }],
+        pool,
+        isa,
+    );
+    with_isa(isa, || add(&mut x[..n * h], &proj[..n * h]));
 }
 
 fn store<'a>(
