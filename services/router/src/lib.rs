@@ -15,6 +15,7 @@ pub mod carry;
 mod client_telemetry;
 pub mod config;
 pub mod deadline;
+mod detached;
 pub mod drafters;
 pub mod error;
 pub mod remote_drafter;

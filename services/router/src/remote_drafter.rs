@@ -151,7 +151,7 @@ impl<'a> RemoteSession<'a> {
         let client = lease.client();
         let deadline = self.deadline;
         let opening = self.opening.clone();
-        tokio::spawn(
+        crate::detached::spawn(
             async move {
                 let outcome = open_call(client.clone(), messages, deadline).await;
                 if let Ok(session_id) = outcome {
@@ -313,7 +313,7 @@ impl<'a> RemoteSession<'a> {
                 }
                 Err(failure) => {
                     self.claim(session_id);
-                    tokio::spawn(close_call(lease.client(), session_id));
+                    crate::detached::spawn(close_call(lease.client(), session_id));
                     last = self.note_failure(&lease, failure)?;
                 }
             }
@@ -470,7 +470,7 @@ impl Drafter for RemoteSession<'_> {
             }
             Err(failure) => {
                 if failure.error.code() != Some(Code::NotFound) {
-                    tokio::spawn(close_call(lease.client(), session_id));
+                    crate::detached::spawn(close_call(lease.client(), session_id));
                 }
                 {
                     // The session is gone either way; a resync starts a new one.
@@ -539,7 +539,7 @@ impl Drafter for RemoteSession<'_> {
         for (client, session_id) in open {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(close_call(client, session_id));
+                    crate::detached::spawn_on(&runtime, close_call(client, session_id));
                 }
                 Err(_) => warn!(
                     session_id,

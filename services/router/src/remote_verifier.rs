@@ -200,7 +200,7 @@ impl Verifier for RemoteSequence {
         let client = self.client.clone();
         let deadline = self.options.deadline;
         let state = self.state.clone();
-        tokio::spawn(
+        crate::detached::spawn(
             async move {
                 let outcome = prefill_call(client.clone(), wire, deadline).await;
                 if let Ok(outcome) = &outcome {
@@ -353,7 +353,10 @@ impl Verifier for RemoteSequence {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(release_call(self.client.clone(), handle.seq_id));
+                crate::detached::spawn_on(
+                    &runtime,
+                    release_call(self.client.clone(), handle.seq_id),
+                );
             }
             Err(_) => warn!(
                 seq_id = handle.seq_id,

@@ -29,6 +29,9 @@ use crate::validate::{plan, Plan};
 /// Messages buffered per stream before the round loop waits for the client.
 const STREAM_BUFFER: usize = 16;
 
+/// The longest a draining router waits for detached releases and closes.
+const CLEANUP_GRACE: Duration = Duration::from_secs(10);
+
 /// The router could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum RouterSetupError {
@@ -155,9 +158,11 @@ impl GenerationService {
         self.state.admission.start_drain();
     }
 
-    /// Resolves once no request runs.
+    /// Resolves once no request runs and the releases and closes that requests left
+    /// behind have reached the verifier and drafters (for at most [`CLEANUP_GRACE`]).
     pub(crate) async fn drained(&self) {
         self.state.admission.drained().await;
+        crate::detached::settled(CLEANUP_GRACE).await;
     }
 }
 
