@@ -8,7 +8,6 @@
 //! result.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::isa::Isa;
 use super::kv::{KvBuffers, KEY_TILE};
@@ -28,6 +27,25 @@ pub struct Span {
     pub start: usize,
     pub len: usize,
     pub past: usize,
+}
+
+impl Span {
+    /// The spans of rows of `(new tokens, positions already cached)`, packed in order.
+    pub fn pack(rows: impl IntoIterator<Item = (usize, usize)>) -> Vec<Span> {
+        let mut start = 0;
+        rows.into_iter()
+            .map(|(len, past)| {
+                let span = Span { start, len, past };
+                start += len;
+                span
+            })
+            .collect()
+    }
+
+    /// The positions of the span's tokens in their sequence.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.past..self.past + self.len
+    }
 }
 
 /// Head layout of an attention layer.
@@ -92,12 +110,7 @@ pub fn attend(
     let blocks: usize = spans.iter().map(|s| s.len.div_ceil(QUERY_BLOCK)).sum();
     let units = blocks * h.kv_heads;
     let out_ptr = OutPtr(out.as_mut_ptr());
-    let next = AtomicUsize::new(0);
-    let work = |_| loop {
-        let u = next.fetch_add(1, Ordering::Relaxed);
-        if u >= units {
-            break;
-        }
+    pool.for_each_index(units, false, |u| {
         let (mut block, kv_head) = (u / h.kv_heads, u % h.kv_heads);
         let mut row = 0;
         while block >= spans[row].len.div_ceil(QUERY_BLOCK) {
@@ -126,12 +139,7 @@ pub fn attend(
         let mut scores = SCORES.with(|cell| cell.take());
         run_unit(&unit, &mut scores, isa);
         SCORES.with(|cell| *cell.borrow_mut() = scores);
-    };
-    if units >= 2 {
-        pool.run(&work);
-    } else {
-        work(0);
-    }
+    });
 }
 
 fn run_unit(unit: &Unit<'_>, scores: &mut Vec<f32>, isa: Isa) {

@@ -53,10 +53,6 @@ impl LayerInput {
         self.cols
     }
 
-    pub fn x(&self) -> &[f32] {
-        &self.x[..self.rows * self.cols]
-    }
-
     /// Quantizes the rows for every kind the given matrices need, rows split over the pool.
     pub fn prepare_for(&mut self, matrices: &[&PackedMatrix], pool: &ThreadPool) {
         let (rows, cols) = (self.rows, self.cols);
@@ -76,21 +72,11 @@ impl LayerInput {
             target.prepare(rows, cols, kind);
             let writer = target.writer();
             let x = &self.x;
-            let next = AtomicUsize::new(0);
-            let work = |_| loop {
-                let r = next.fetch_add(1, Ordering::Relaxed);
-                if r >= rows {
-                    break;
-                }
+            pool.for_each_index(rows, rows < 4, |r| {
                 // SAFETY: each row is claimed by exactly one worker; the buffers outlive
                 // the region.
                 unsafe { writer.quantize(r, &x[r * cols..(r + 1) * cols]) };
-            };
-            if rows >= 4 {
-                pool.run(&work);
-            } else {
-                work(0);
-            }
+            });
         }
     }
 

@@ -21,8 +21,6 @@
 //!
 //! Every layout but Q4_K's is exactly as large as the GGUF rows it came from.
 
-use half::f16;
-
 use super::format::{DecodedBlock, WeightFormat};
 use super::pool::ThreadPool;
 
@@ -112,58 +110,18 @@ impl PackedMatrix {
         let tile_bytes = blocks * format.tile_block_bytes();
         let tiles = out.div_ceil(TILE);
         let mut data = AlignedBytes::zeroed(tiles * tile_bytes);
-        {
-            let dst = SharedMut(data.as_mut_slice().as_mut_ptr());
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            pool.run(&|_| loop {
-                let t = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if t >= tiles {
-                    break;
-                }
-                // SAFETY: tile `t` owns bytes `t * tile_bytes..(t + 1) * tile_bytes`.
-                let tile =
-                    unsafe { std::slice::from_raw_parts_mut(dst.at(t * tile_bytes), tile_bytes) };
-                let cols: Vec<&[u8]> = (t * TILE..((t + 1) * TILE).min(out))
-                    .map(|c| &raw[c * row_bytes..(c + 1) * row_bytes])
-                    .collect();
-                pack_tile(format, &cols, blocks, tile);
-            });
-        }
+        pool.for_each_chunk_mut(data.as_mut_slice(), tile_bytes, false, |t, tile| {
+            let cols: Vec<&[u8]> = (t * TILE..((t + 1) * TILE).min(out))
+                .map(|c| &raw[c * row_bytes..(c + 1) * row_bytes])
+                .collect();
+            pack_tile(format, &cols, blocks, tile);
+        });
         Ok(Self {
             format,
             out,
             inp,
             data,
         })
-    }
-
-    /// Packs an f32 weight `[out, inp]` (row-major) in `format`'s dense layout.
-    pub fn from_f32(
-        format: WeightFormat,
-        out: usize,
-        inp: usize,
-        w: &[f32],
-        pool: &ThreadPool,
-    ) -> Result<Self, PackError> {
-        let raw: Vec<u8> = match format {
-            WeightFormat::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            WeightFormat::F16 => w
-                .iter()
-                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
-                .collect(),
-            WeightFormat::BF16 => w
-                .iter()
-                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-                .collect(),
-            _ => {
-                return Err(PackError::PartialBlock {
-                    format,
-                    inp,
-                    block: format.block_len(),
-                })
-            }
-        };
-        Self::from_gguf(format, out, inp, &raw, pool)
     }
 
     pub fn format(&self) -> WeightFormat {
@@ -199,18 +157,6 @@ impl PackedMatrix {
     /// Bytes held, which are also the bytes one pass over the matrix streams.
     pub fn bytes(&self) -> usize {
         self.data.len
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SharedMut(*mut u8);
-// SAFETY: each worker writes its own disjoint range (see the callers).
-unsafe impl Sync for SharedMut {}
-unsafe impl Send for SharedMut {}
-impl SharedMut {
-    fn at(self, offset: usize) -> *mut u8 {
-        // SAFETY: callers stay within the allocation.
-        unsafe { self.0.add(offset) }
     }
 }
 

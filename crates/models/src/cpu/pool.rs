@@ -134,6 +134,24 @@ impl ThreadPool {
 }
 
 impl ThreadPool {
+    /// Runs `f(i)` for every `i` in `0..count`, each index on one worker (claimed in turn, so
+    /// a slow worker takes fewer); on the calling thread alone when `inline`.
+    pub fn for_each_index(&self, count: usize, inline: bool, f: impl Fn(usize) + Sync) {
+        let next = AtomicUsize::new(0);
+        let work = |_| loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= count {
+                break;
+            }
+            f(i);
+        };
+        if inline || count <= 1 {
+            work(0);
+        } else {
+            self.run(&work);
+        }
+    }
+
     /// Runs `f(i, chunk)` for every `chunk`-long piece of `data` (the last may be shorter),
     /// each piece on one worker; on the calling thread alone when `inline`.
     pub fn for_each_chunk_mut<T: Send>(
@@ -146,23 +164,13 @@ impl ThreadPool {
         let chunk = chunk.max(1);
         let (len, pieces) = (data.len(), data.len().div_ceil(chunk));
         let base = SendPtr(data.as_mut_ptr());
-        let next = AtomicUsize::new(0);
-        let work = |_| loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= pieces {
-                break;
-            }
+        self.for_each_index(pieces, inline, |i| {
             let start = i * chunk;
-            // SAFETY: piece `i` is claimed by this worker alone and lies inside `data`.
+            // SAFETY: piece `i` is claimed by one worker alone and lies inside `data`.
             let piece =
                 unsafe { std::slice::from_raw_parts_mut(base.at(start), chunk.min(len - start)) };
             f(i, piece);
-        };
-        if inline || pieces <= 1 {
-            work(0);
-        } else {
-            self.run(&work);
-        }
+        });
     }
 }
 

@@ -93,14 +93,15 @@ impl KvCache {
         self.len = 0;
     }
 
-    /// Checks that this cache was built for a model with these dimensions.
+    /// Checks that this cache was built for a model with these dimensions whose caches live
+    /// in host memory (`device` `None`, the CPU engine) or on `device` (candle).
     pub(crate) fn check_fits(
         &self,
         row: usize,
         num_layers: usize,
         kv_heads: usize,
         head_dim: usize,
-        device: &Device,
+        device: Option<&Device>,
     ) -> Result<()> {
         let mismatch = |message: String| Err(Qwen2Error::CacheMismatch { row, message });
         if self.num_layers != num_layers {
@@ -115,17 +116,17 @@ impl KvCache {
                 self.kv_heads, self.head_dim
             ));
         }
-        let same = match &self.store {
-            KvStore::Host(_) => device.is_cpu(),
-            KvStore::Device(kv) => kv.device().same_device(device),
-        };
-        if !same {
-            return mismatch(format!(
-                "cache and model are on different devices (model on {:?})",
+        match (&self.store, device) {
+            (KvStore::Host(_), None) => Ok(()),
+            (KvStore::Device(kv), Some(device)) if kv.device().same_device(device) => Ok(()),
+            (_, Some(device)) => mismatch(format!(
+                "cache and model are on different devices or backends (model on candle, {:?})",
                 device.location()
-            ));
+            )),
+            (KvStore::Device(_), None) => {
+                mismatch("a candle cache given to the CPU engine".to_string())
+            }
         }
-        Ok(())
     }
 
     /// Makes room for `needed` positions, growing geometrically up to the context length.

@@ -49,25 +49,35 @@ impl GgufFile {
         })
     }
 
+    /// Where a tensor's stored bytes lie in the file, if the header describes whole blocks
+    /// inside it.
+    fn stored_range(&self, name: &str) -> Option<std::ops::Range<usize>> {
+        let info = self.content.tensor_infos.get(name)?;
+        let dtype = info.ggml_dtype;
+        let elems = info.shape.elem_count();
+        if !elems.is_multiple_of(dtype.block_size()) {
+            return None;
+        }
+        let bytes = elems / dtype.block_size() * dtype.type_size();
+        let start = usize::try_from(self.content.tensor_data_offset + info.offset).ok()?;
+        let end = start.checked_add(bytes)?;
+        (end <= self.map.len()).then_some(start..end)
+    }
+
     /// Drops this process's pages of a tensor's stored bytes (once they have been copied or
     /// repacked), so loading never holds the file and its repacked copy at once. Pages are
     /// read back from the file if the tensor is used again. Best effort.
     pub fn release(&self, name: &str) {
         // Aligned to any page size in use (4 KiB to 64 KiB), inward.
         const ALIGN: usize = 1 << 16;
-        let Some(info) = self.content.tensor_infos.get(name) else {
-            return;
-        };
-        let dtype = info.ggml_dtype;
-        let bytes = info.shape.elem_count() / dtype.block_size() * dtype.type_size();
-        let Ok(start) = usize::try_from(self.content.tensor_data_offset + info.offset) else {
+        let Some(range) = self.stored_range(name) else {
             return;
         };
         let (from, to) = (
-            start.next_multiple_of(ALIGN),
-            (start + bytes) / ALIGN * ALIGN,
+            range.start.next_multiple_of(ALIGN),
+            range.end / ALIGN * ALIGN,
         );
-        if to > from && to <= self.map.len() {
+        if to > from {
             // SAFETY: the map is a private, read-only map of a file nobody writes: dropped
             // pages come back from the file unchanged on the next read.
             let _ = unsafe {
@@ -79,6 +89,30 @@ impl GgufFile {
 
     /// A tensor's stored bytes, after checking its shape, without copying them.
     pub fn raw(&self, name: &str, expected: &[usize]) -> Result<RawTensor<'_>> {
+        let dims = self.checked_dims(name, expected)?;
+        let info = &self.content.tensor_infos[name];
+        match self.stored_range(name) {
+            Some(range) => Ok(RawTensor {
+                dtype: info.ggml_dtype,
+                dims,
+                bytes: &self.map[range],
+            }),
+            None => Err(Qwen2Error::TensorLoad {
+                name: name.to_string(),
+                source: candle_core::Error::Msg(format!(
+                    "{} values of {:?} at offset {} are not whole blocks inside the file ({} \
+                     bytes)",
+                    info.shape.elem_count(),
+                    info.ggml_dtype,
+                    self.content.tensor_data_offset + info.offset,
+                    self.map.len()
+                )),
+            }),
+        }
+    }
+
+    /// The tensor's shape, checked against `expected`.
+    fn checked_dims(&self, name: &str, expected: &[usize]) -> Result<Vec<usize>> {
         let found = self.tensor_dims(name)?;
         if found != expected {
             return Err(Qwen2Error::TensorShape {
@@ -87,31 +121,7 @@ impl GgufFile {
                 found,
             });
         }
-        let info = &self.content.tensor_infos[name];
-        let dtype = info.ggml_dtype;
-        let elems = info.shape.elem_count();
-        let bytes = elems / dtype.block_size() * dtype.type_size();
-        let start = usize::try_from(self.content.tensor_data_offset + info.offset).ok();
-        let range = start.and_then(|s| Some(s..s.checked_add(bytes)?));
-        match range {
-            Some(range)
-                if range.end <= self.map.len() && elems.is_multiple_of(dtype.block_size()) =>
-            {
-                Ok(RawTensor {
-                    dtype,
-                    dims: found,
-                    bytes: &self.map[range],
-                })
-            }
-            _ => Err(Qwen2Error::TensorLoad {
-                name: name.to_string(),
-                source: candle_core::Error::Msg(format!(
-                    "{bytes} bytes at offset {} run past the end of the file ({} bytes)",
-                    self.content.tensor_data_offset + info.offset,
-                    self.map.len()
-                )),
-            }),
-        }
+        Ok(found)
     }
 
     pub fn path(&self) -> &Path {
@@ -140,14 +150,7 @@ impl GgufFile {
 
     /// Loads a tensor as stored, after checking its shape.
     pub fn qtensor(&mut self, name: &str, expected: &[usize], device: &Device) -> Result<QTensor> {
-        let found = self.tensor_dims(name)?;
-        if found != expected {
-            return Err(Qwen2Error::TensorShape {
-                name: name.to_string(),
-                expected: expected.to_vec(),
-                found,
-            });
-        }
+        self.checked_dims(name, expected)?;
         self.content
             .tensor(&mut self.reader, name, device)
             .map_err(|source| Qwen2Error::TensorLoad {

@@ -15,6 +15,7 @@ use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
 use super::gguf::GgufFile;
 use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
+use crate::cpu::Span;
 use crate::error::ModelError;
 
 /// Which implementation runs the model.
@@ -65,12 +66,6 @@ pub struct Qwen2Model {
     config: Qwen2Config,
     runner: Runner,
     device: Device,
-}
-
-/// Where one row's positions sit in the packed hidden states.
-struct RowSpan {
-    start: usize,
-    len: usize,
 }
 
 impl Qwen2Model {
@@ -150,16 +145,12 @@ impl Qwen2Model {
     /// An empty cache for one sequence of this model.
     pub fn new_cache(&self) -> Result<KvCache> {
         let c = &self.config;
-        let device = match self.runner {
-            Runner::Engine(_) => None,
-            Runner::Candle(_) => Some(&self.device),
-        };
         KvCache::new(
             c.num_layers,
             c.num_kv_heads,
             c.head_dim,
             c.context_length,
-            device,
+            self.cache_device(),
         )
     }
 
@@ -193,18 +184,6 @@ impl Qwen2Model {
         Ok(spans
             .iter()
             .map(|s| logits.narrow(0, s.start, s.len))
-            .collect::<candle_core::Result<_>>()?)
-    }
-
-    /// Like `forward_batch`, returning each row's final-normed hidden states.
-    pub fn forward_batch_hidden(&self, rows: &mut [BlockRow<'_>]) -> Result<Vec<Tensor>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (hidden, spans) = self.forward_packed(rows)?;
-        Ok(spans
-            .iter()
-            .map(|s| hidden.narrow(0, s.start, s.len))
             .collect::<candle_core::Result<_>>()?)
     }
 
@@ -249,12 +228,16 @@ impl Qwen2Model {
         }
     }
 
+    /// Where this model's caches live: host memory (`None`) or its candle device.
+    fn cache_device(&self) -> Option<&Device> {
+        match self.runner {
+            Runner::Engine(_) => None,
+            Runner::Candle(_) => Some(&self.device),
+        }
+    }
+
     fn validate(&self, rows: &[BlockRow<'_>]) -> Result<()> {
         let c = &self.config;
-        let device = match self.runner {
-            Runner::Engine(_) => Device::Cpu,
-            Runner::Candle(_) => self.device.clone(),
-        };
         for (r, row) in rows.iter().enumerate() {
             if row.tokens.is_empty() {
                 return Err(Qwen2Error::EmptyBlock { row: r });
@@ -280,37 +263,26 @@ impl Qwen2Model {
                     context_length: c.context_length,
                 });
             }
-            row.cache
-                .check_fits(r, c.num_layers, c.num_kv_heads, c.head_dim, &device)?;
-            let right_kind = matches!(
-                (&self.runner, &row.cache.store),
-                (Runner::Engine(_), KvStore::Host(_)) | (Runner::Candle(_), KvStore::Device(_))
-            );
-            if !right_kind {
-                return Err(Qwen2Error::CacheMismatch {
-                    row: r,
-                    message: "the cache was made by a model on another backend".into(),
-                });
-            }
+            row.cache.check_fits(
+                r,
+                c.num_layers,
+                c.num_kv_heads,
+                c.head_dim,
+                self.cache_device(),
+            )?;
         }
         Ok(())
     }
 
     /// The packed forward of all rows; returns the final-normed hidden states of every
     /// token, rows in order.
-    fn forward_packed(&self, rows: &mut [BlockRow<'_>]) -> Result<(Tensor, Vec<RowSpan>)> {
+    fn forward_packed(&self, rows: &mut [BlockRow<'_>]) -> Result<(Tensor, Vec<Span>)> {
         self.validate(rows)?;
-        let mut spans = Vec::with_capacity(rows.len());
-        let mut start = 0;
-        for row in rows.iter_mut() {
-            let past = row.cache.len();
-            row.cache.reserve(past + row.tokens.len())?;
-            spans.push(RowSpan {
-                start,
-                len: row.tokens.len(),
-            });
-            start += row.tokens.len();
+        let spans = Span::pack(rows.iter().map(|row| (row.tokens.len(), row.cache.len())));
+        for (row, span) in rows.iter_mut().zip(&spans) {
+            row.cache.reserve(span.positions().end)?;
         }
+        let tokens: usize = spans.iter().map(|s| s.len).sum();
         let hidden = match &self.runner {
             Runner::Engine(e) => {
                 let mut engine_rows: Vec<EngineRow<'_>> = rows
@@ -328,7 +300,7 @@ impl Qwen2Model {
                     })
                     .collect();
                 let values = e.forward(&mut engine_rows);
-                Tensor::from_vec(values, (start, self.config.hidden_size), &Device::Cpu)?
+                Tensor::from_vec(values, (tokens, self.config.hidden_size), &Device::Cpu)?
             }
             Runner::Candle(c) => {
                 let candle_rows: Vec<CandleRow<'_>> = rows
@@ -415,7 +387,7 @@ impl CausalLm for Qwen2Model {
             return Ok(Vec::new());
         }
         let (hidden, spans) = self.forward_packed(rows)?;
-        let pick = |s: &RowSpan| match output {
+        let pick = |s: &Span| match output {
             OutputRows::All => Some(hidden.narrow(0, s.start, s.len)),
             OutputRows::Last => Some(hidden.narrow(0, s.start + s.len - 1, 1)),
             OutputRows::None => None,

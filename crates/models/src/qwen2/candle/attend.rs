@@ -4,19 +4,12 @@ use candle_core::Tensor;
 
 use super::super::error::Result;
 use super::cache::DeviceKv;
-
-/// Where one row's tokens sit in the packed batch and in its cache.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RowSpan {
-    pub start: usize,
-    pub len: usize,
-    pub past: usize,
-}
+use crate::cpu::Span;
 
 /// `q [tokens, heads, head_dim]` to `[tokens, heads, head_dim]`.
 pub(crate) fn attend(
     q: &Tensor,
-    spans: &[RowSpan],
+    spans: &[Span],
     caches: &[&DeviceKv],
     layer: usize,
     scale: f32,

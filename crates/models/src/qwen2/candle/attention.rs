@@ -3,9 +3,10 @@
 use candle_core::Tensor;
 
 use super::super::error::Result;
-use super::attend::{attend, RowSpan};
+use super::attend::attend;
 use super::cache::DeviceKv;
 use super::linear::QLinear;
+use crate::cpu::Span;
 
 pub(crate) struct Attention {
     pub(crate) q: QLinear,
@@ -24,7 +25,7 @@ impl Attention {
         &self,
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
-        spans: &[RowSpan],
+        spans: &[Span],
         caches: &[&DeviceKv],
         layer: usize,
     ) -> Result<Tensor> {

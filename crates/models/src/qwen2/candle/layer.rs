@@ -5,10 +5,10 @@ use candle_core::{Device, Tensor};
 use super::super::config::Qwen2Config;
 use super::super::error::Result;
 use super::super::gguf::GgufFile;
-use super::attend::RowSpan;
 use super::attention::Attention;
 use super::cache::DeviceKv;
 use super::linear::QLinear;
+use crate::cpu::Span;
 
 /// What loading needs besides the file: the device.
 pub(crate) struct LoadContext<'a> {
@@ -90,7 +90,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
-        spans: &[RowSpan],
+        spans: &[Span],
         caches: &[&DeviceKv],
         layer: usize,
     ) -> Result<Tensor> {

@@ -15,7 +15,7 @@ use candle_core::{Device, Tensor};
 use super::config::Qwen2Config;
 use super::error::Result;
 use super::gguf::GgufFile;
-use attend::RowSpan;
+use crate::cpu::Span;
 pub(crate) use cache::DeviceKv;
 use layer::{DecoderLayer, LoadContext};
 use linear::QLinear;
@@ -83,18 +83,9 @@ impl CandleQwen2 {
     /// runs once for the whole batch; only attention looks at row boundaries. Returns the
     /// final-normed hidden states.
     pub(crate) fn forward(&self, rows: &[CandleRow<'_>]) -> Result<Tensor> {
-        let mut spans = Vec::with_capacity(rows.len());
-        let mut ids = Vec::new();
-        let mut positions = Vec::new();
-        for row in rows {
-            spans.push(RowSpan {
-                start: ids.len(),
-                len: row.tokens.len(),
-                past: row.past,
-            });
-            ids.extend_from_slice(row.tokens);
-            positions.extend(row.past..row.past + row.tokens.len());
-        }
+        let spans = Span::pack(rows.iter().map(|row| (row.tokens.len(), row.past)));
+        let ids: Vec<u32> = rows.iter().flat_map(|row| row.tokens).copied().collect();
+        let positions: Vec<usize> = spans.iter().flat_map(Span::positions).collect();
         let ids = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = match &self.embedding {
             Embedding::Quantized(q) => q.embedding(&ids)?,

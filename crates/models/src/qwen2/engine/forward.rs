@@ -19,7 +19,7 @@ pub(crate) struct Workspace {
     v: Vec<f32>,
     attn: LayerInput,
     proj: Vec<f32>,
-    /// The up projection, when it cannot be fused with the gate (see `mlp_input`).
+    /// The up projection, when it cannot be fused with the gate (see `Engine::layer`).
     up: Vec<f32>,
     mlp: LayerInput,
     cos: Vec<f32>,
@@ -42,22 +42,21 @@ fn for_rows(
     pool.for_each_chunk_mut(buf, width, inline, |r, row| with_isa(isa, || f(r, row)));
 }
 
+/// `out` row `r` = RMS-normed row `r` of `x` (rows of `weight.len()`), times `weight`.
+fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], pool: &ThreadPool, isa: Isa) {
+    let h = weight.len();
+    for_rows(out, h, pool, isa, |r, row| {
+        rms_norm(&x[r * h..(r + 1) * h], weight, eps, row)
+    });
+}
+
 impl Engine {
     pub(super) fn forward_into(&self, rows: &mut [EngineRow<'_>], ws: &mut Workspace) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden_size;
-        let mut spans = Vec::with_capacity(rows.len());
-        let mut tokens = Vec::new();
-        let mut positions = Vec::new();
-        for row in rows.iter() {
-            spans.push(Span {
-                start: tokens.len(),
-                len: row.tokens.len(),
-                past: row.past,
-            });
-            tokens.extend_from_slice(row.tokens);
-            positions.extend(row.past..row.past + row.tokens.len());
-        }
+        let spans = Span::pack(rows.iter().map(|row| (row.tokens.len(), row.past)));
+        let tokens: Vec<u32> = rows.iter().flat_map(|row| row.tokens).copied().collect();
+        let positions: Vec<usize> = spans.iter().flat_map(Span::positions).collect();
         let n = tokens.len();
         let (pool, isa) = (self.pool, self.isa);
 
@@ -84,10 +83,15 @@ impl Engine {
         }
 
         let mut hidden = vec![0f32; n * h];
-        let (x, norm, eps) = (&ws.x, &self.weights.output_norm, c.rms_norm_eps as f32);
-        for_rows(&mut hidden, h, pool, isa, |r, out| {
-            rms_norm(&x[r * h..(r + 1) * h], norm, eps, out)
-        });
+        let eps = c.rms_norm_eps as f32;
+        norm_rows(
+            &ws.x,
+            &self.weights.output_norm,
+            eps,
+            &mut hidden,
+            pool,
+            isa,
+        );
         hidden
     }
 
@@ -106,12 +110,7 @@ impl Engine {
         let (pool, isa) = (self.pool, self.isa);
 
         // Attention: the normed input is quantized once for q, k and v.
-        {
-            let x = &ws.x;
-            for_rows(ws.input.reset(n, h), h, pool, isa, |r, out| {
-                rms_norm(&x[r * h..(r + 1) * h], &l.attn_norm, eps, out)
-            });
-        }
+        norm_rows(&ws.x, &l.attn_norm, eps, ws.input.reset(n, h), pool, isa);
         ws.input.prepare_for(&[&l.q, &l.k, &l.v], pool);
         ws.q.resize(n * h, 0.0);
         ws.k.resize(n * kv, 0.0);
@@ -162,12 +161,7 @@ impl Engine {
         project_residual(&l.o, &mut ws.attn, &mut ws.proj, &mut ws.x, n, pool, isa);
 
         // MLP: the normed input is quantized once for gate and up.
-        {
-            let x = &ws.x;
-            for_rows(ws.input.reset(n, h), h, pool, isa, |r, out| {
-                rms_norm(&x[r * h..(r + 1) * h], &l.ffn_norm, eps, out)
-            });
-        }
+        norm_rows(&ws.x, &l.ffn_norm, eps, ws.input.reset(n, h), pool, isa);
         ws.input.prepare_for(&[&l.gate, &l.up], pool);
         if l.gate.format().activation() == l.up.format().activation() {
             crate::cpu::matmul(

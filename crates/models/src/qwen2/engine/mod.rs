@@ -9,7 +9,7 @@ mod weights;
 
 use std::sync::Mutex;
 
-use crate::cpu::{Isa, KvBuffers, LayerInput, Output, Task, ThreadPool};
+use crate::cpu::{Isa, KvBuffers, Output, Task, ThreadPool};
 
 use super::config::Qwen2Config;
 use super::error::Result;
@@ -89,23 +89,14 @@ impl Engine {
 
     /// Logits `[n, vocab]` of final-normed hidden states `[n, hidden]`.
     pub(crate) fn logits(&self, hidden: &[f32]) -> Vec<f32> {
-        let (h, vocab) = (self.config.hidden_size, self.config.vocab_size);
-        let n = hidden.len() / h;
-        let mut ws = self.workspace();
-        ws.head.reset(n, h).copy_from_slice(&hidden[..n * h]);
-        ws.head.prepare_for(&[&self.weights.head], self.pool);
-        let mut logits = vec![0f32; n * vocab];
-        crate::cpu::matmul(
-            &mut [Task {
-                matrix: &self.weights.head,
-                input: &ws.head,
-                output: Output::Store {
-                    out: &mut logits,
-                    bias: None,
-                },
-            }],
-            self.pool,
-            self.isa,
+        let n = hidden.len() / self.config.hidden_size;
+        let mut logits = vec![0f32; n * self.config.vocab_size];
+        self.head(
+            hidden,
+            Output::Store {
+                out: &mut logits,
+                bias: None,
+            },
         );
         logits
     }
@@ -113,26 +104,27 @@ impl Engine {
     /// The greedy token of each hidden state (the lowest id among equal logits), without
     /// materialising the logits.
     pub(crate) fn argmax(&self, hidden: &[f32]) -> Vec<u32> {
+        let n = hidden.len() / self.config.hidden_size;
+        let mut best = vec![(0u32, 0f32); n];
+        self.head(hidden, Output::Argmax(&mut best));
+        best.into_iter().map(|(i, _)| i).collect()
+    }
+
+    /// The LM head over hidden states `[n, hidden]` into `output`.
+    fn head(&self, hidden: &[f32], output: Output<'_>) {
         let h = self.config.hidden_size;
         let n = hidden.len() / h;
         let mut ws = self.workspace();
-        argmax_with(self, &mut ws.head, &hidden[..n * h], n)
+        ws.head.reset(n, h).copy_from_slice(&hidden[..n * h]);
+        ws.head.prepare_for(&[&self.weights.head], self.pool);
+        crate::cpu::matmul(
+            &mut [Task {
+                matrix: &self.weights.head,
+                input: &ws.head,
+                output,
+            }],
+            self.pool,
+            self.isa,
+        );
     }
-}
-
-fn argmax_with(engine: &Engine, head: &mut LayerInput, hidden: &[f32], n: usize) -> Vec<u32> {
-    let h = engine.config.hidden_size;
-    head.reset(n, h).copy_from_slice(hidden);
-    head.prepare_for(&[&engine.weights.head], engine.pool);
-    let mut best = vec![(0u32, 0f32); n];
-    crate::cpu::matmul(
-        &mut [Task {
-            matrix: &engine.weights.head,
-            input: head,
-            output: Output::Argmax(&mut best),
-        }],
-        engine.pool,
-        engine.isa,
-    );
-    best.into_iter().map(|(i, _)| i).collect()
 }

@@ -1,5 +1,7 @@
 //! The engine's weights, read from the GGUF map and repacked into tiles.
 
+use std::borrow::Cow;
+
 use candle_core::quantized::{QStorage, QTensor};
 use candle_core::Device;
 
@@ -47,67 +49,51 @@ fn load_error(name: &str, message: impl std::fmt::Display) -> Qwen2Error {
     }
 }
 
-/// The bytes of a weight in a format with a native kernel: as stored, or re-encoded (Q8_0
-/// where rows are whole 32-value blocks, else F32).
-fn native_bytes(
-    gguf: &GgufFile,
-    name: &str,
-    dims: &[usize],
-    reencoded: &mut usize,
-) -> Result<(WeightFormat, Vec<u8>)> {
-    let raw = gguf.raw(name, dims)?;
-    let inp = dims[dims.len() - 1];
-    if let Some(format) = WeightFormat::from_ggml(raw.dtype) {
-        if format.row_bytes(inp).is_some() {
-            return Ok((format, raw.bytes.to_vec()));
-        }
-    }
-    let wrap = |source| Qwen2Error::Requantize {
-        name: name.to_string(),
-        from: raw.dtype,
-        source,
-    };
-    let stored = QTensor::new(
-        QStorage::from_data(
-            std::borrow::Cow::Borrowed(raw.bytes),
-            &Device::Cpu,
-            raw.dtype,
-        )
-        .map_err(wrap)?,
-        dims.to_vec(),
-    )
-    .map_err(wrap)?;
-    let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
-    let target = if inp.is_multiple_of(32) {
-        WeightFormat::Q8_0
-    } else {
-        WeightFormat::F32
-    };
-    let encoded = QTensor::quantize(&dense, target.ggml()).map_err(wrap)?;
-    tracing::info!(tensor = name, from = ?raw.dtype, to = ?target, "no native CPU kernel for this format; re-encoded");
-    *reencoded += 1;
-    Ok((target, encoded.data().map_err(wrap)?.into_owned()))
-}
-
 struct Loader<'a> {
     gguf: &'a GgufFile,
     pool: &'a ThreadPool,
     reencoded: usize,
 }
 
-impl Loader<'_> {
-    fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
-        let raw = self.gguf.raw(name, &[out, inp])?;
-        let packed = match WeightFormat::from_ggml(raw.dtype) {
-            Some(format) if format.row_bytes(inp).is_some() => {
-                PackedMatrix::from_gguf(format, out, inp, raw.bytes, self.pool)
+impl<'a> Loader<'a> {
+    /// A weight's bytes in a format with a native kernel: borrowed from the file as
+    /// stored, or re-encoded (Q8_0 where rows are whole 32-value blocks, else F32).
+    fn native(&mut self, name: &str, dims: &[usize]) -> Result<(WeightFormat, Cow<'a, [u8]>)> {
+        let raw = self.gguf.raw(name, dims)?;
+        let inp = dims[dims.len() - 1];
+        if let Some(format) = WeightFormat::from_ggml(raw.dtype) {
+            if format.row_bytes(inp).is_some() {
+                return Ok((format, Cow::Borrowed(raw.bytes)));
             }
-            _ => {
-                let (format, bytes) =
-                    native_bytes(self.gguf, name, &[out, inp], &mut self.reencoded)?;
-                PackedMatrix::from_gguf(format, out, inp, &bytes, self.pool)
-            }
+        }
+        let wrap = |source| Qwen2Error::Requantize {
+            name: name.to_string(),
+            from: raw.dtype,
+            source,
         };
+        let stored = QTensor::new(
+            QStorage::from_data(Cow::Borrowed(raw.bytes), &Device::Cpu, raw.dtype).map_err(wrap)?,
+            dims.to_vec(),
+        )
+        .map_err(wrap)?;
+        let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
+        let target = if inp.is_multiple_of(32) {
+            WeightFormat::Q8_0
+        } else {
+            WeightFormat::F32
+        };
+        let encoded = QTensor::quantize(&dense, target.ggml()).map_err(wrap)?;
+        tracing::info!(tensor = name, from = ?raw.dtype, to = ?target, "no native CPU kernel for this format; re-encoded");
+        self.reencoded += 1;
+        Ok((
+            target,
+            Cow::Owned(encoded.data().map_err(wrap)?.into_owned()),
+        ))
+    }
+
+    fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
+        let (format, bytes) = self.native(name, &[out, inp])?;
+        let packed = PackedMatrix::from_gguf(format, out, inp, &bytes, self.pool);
         self.gguf.release(name);
         packed.map_err(|e| load_error(name, e))
     }
@@ -132,7 +118,8 @@ impl Loader<'_> {
 
     fn embedding(&mut self, vocab: usize, hidden: usize) -> Result<EmbeddingTable> {
         let name = "token_embd.weight";
-        let (format, data) = native_bytes(self.gguf, name, &[vocab, hidden], &mut self.reencoded)?;
+        let (format, data) = self.native(name, &[vocab, hidden])?;
+        let data = data.into_owned();
         self.gguf.release(name);
         let row_bytes = format
             .row_bytes(hidden)
