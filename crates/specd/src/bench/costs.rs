@@ -20,7 +20,7 @@ pub struct StepCosts {
     pub draft_step: Option<Duration>,
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
+pub(super) fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
@@ -124,7 +124,8 @@ pub fn measure_target<T: TargetModel>(
     Ok(samples.into_iter().map(median).collect())
 }
 
-/// Times one draft-model step (the drafter's per-draft work) on top of `context`.
+/// Times one draft-model step on top of `context`: a one-token forward and its greedy token,
+/// as the draft-model drafter computes it (no logits are materialised on CPU).
 pub fn measure_draft_model(model: &Qwen2Model, context: &[u32], reps: usize) -> Result<Duration> {
     let mut cache = model.new_cache()?;
     model.forward_block_hidden(context, &mut cache)?;
@@ -133,8 +134,7 @@ pub fn measure_draft_model(model: &Qwen2Model, context: &[u32], reps: usize) -> 
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
         let start = Instant::now();
-        let hidden = model.forward_block_hidden(&[token], &mut cache)?;
-        argmax_rows(&model.logits(&hidden)?)?;
+        model.forward_block_argmax(&[token], &mut cache)?;
         let elapsed = start.elapsed();
         cache.truncate(base)?;
         if rep > 0 {

@@ -11,6 +11,7 @@ use specd_models::cpu::{read_bandwidth, ThreadPool};
 use specd_models::qwen2::{EngineInfo, KvCache, Qwen2Model};
 use specd_verifier::Qwen2Target;
 
+use super::costs::median;
 use super::prompts;
 use crate::text::GgufText;
 
@@ -48,11 +49,6 @@ pub struct EngineReport {
     /// `verify[0]` is the decode step.
     verify: Vec<Duration>,
     drafter: Option<Side>,
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
 fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<Duration> {
