@@ -23,11 +23,7 @@ impl Drop for Counted {
     }
 }
 
-/// Spawns `call` on `runtime`, counted until it ends.
-pub(crate) fn spawn_on(
-    runtime: &tokio::runtime::Handle,
-    call: impl Future<Output = ()> + Send + 'static,
-) {
+fn spawn_on(runtime: &tokio::runtime::Handle, call: impl Future<Output = ()> + Send + 'static) {
     pending().send_modify(|n| *n += 1);
     let counted = Counted;
     runtime.spawn(async move {
@@ -39,6 +35,14 @@ pub(crate) fn spawn_on(
 /// Spawns `call` on the current runtime, counted until it ends.
 pub(crate) fn spawn(call: impl Future<Output = ()> + Send + 'static) {
     spawn_on(&tokio::runtime::Handle::current(), call);
+}
+
+/// Like [`spawn`], but false (and `call` not run) outside a runtime, as from a drop on a
+/// thread without one.
+pub(crate) fn try_spawn(call: impl Future<Output = ()> + Send + 'static) -> bool {
+    tokio::runtime::Handle::try_current()
+        .map(|runtime| spawn_on(&runtime, call))
+        .is_ok()
 }
 
 /// Resolves once no counted call runs, or after `limit` (a verifier or drafter that does

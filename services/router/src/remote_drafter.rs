@@ -537,14 +537,11 @@ impl Drafter for RemoteSession<'_> {
             open.push((lease.client(), session_id));
         }
         for (client, session_id) in open {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    crate::detached::spawn_on(&runtime, close_call(client, session_id));
-                }
-                Err(_) => warn!(
+            if !crate::detached::try_spawn(close_call(client, session_id)) {
+                warn!(
                     session_id,
                     "no runtime to close the drafter session on; it will expire"
-                ),
+                );
             }
         }
     }

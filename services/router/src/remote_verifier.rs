@@ -351,17 +351,11 @@ impl Verifier for RemoteSequence {
         let Some(handle) = live else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                crate::detached::spawn_on(
-                    &runtime,
-                    release_call(self.client.clone(), handle.seq_id),
-                );
-            }
-            Err(_) => warn!(
+        if !crate::detached::try_spawn(release_call(self.client.clone(), handle.seq_id)) {
+            warn!(
                 seq_id = handle.seq_id,
                 "no runtime to release the verifier sequence on; it will expire"
-            ),
+            );
         }
     }
 }
