@@ -29,10 +29,7 @@ pub struct SeqBlock<'a, C> {
 pub trait CausalLm: Send + Sync + 'static {
     type Cache: Send + 'static;
 
-    /// The model family (`general.architecture` or `model_type`), for logs and Stats.
-    fn family(&self) -> &'static str;
     fn vocab_size(&self) -> usize;
-    fn hidden_size(&self) -> usize;
     fn max_context(&self) -> usize;
     /// Where the model runs (and its caches live).
     fn device(&self) -> &candle_core::Device;

@@ -90,14 +90,6 @@ impl QuantizedRows {
         }
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
     pub(crate) fn row(&self, r: usize) -> ActRow {
         let (cols, block) = (self.cols, self.block);
         ActRow {

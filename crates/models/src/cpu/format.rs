@@ -39,17 +39,6 @@ impl ActivationKind {
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 8] = [
-        Self::F32,
-        Self::F16,
-        Self::BF16,
-        Self::Q4_0,
-        Self::Q5_0,
-        Self::Q8_0,
-        Self::Q4K,
-        Self::Q6K,
-    ];
-
     /// The native format for a GGUF type, if there is one.
     pub fn from_ggml(dtype: GgmlDType) -> Option<Self> {
         Some(match dtype {

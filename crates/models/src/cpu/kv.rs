@@ -31,26 +31,6 @@ impl KvBuffers {
         }
     }
 
-    pub fn layers(&self) -> usize {
-        self.layers.len()
-    }
-
-    pub fn kv_heads(&self) -> usize {
-        self.kv_heads
-    }
-
-    pub fn head_dim(&self) -> usize {
-        self.head_dim
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    pub fn bytes(&self) -> usize {
-        2 * self.layers.len() * self.kv_heads * self.capacity * self.head_dim * 4
-    }
-
     /// Grows every layer to at least `capacity` positions, keeping the first `keep`.
     pub fn grow(&mut self, capacity: usize, keep: usize) {
         let capacity = capacity.next_multiple_of(KEY_TILE);

@@ -380,16 +380,8 @@ impl Gemma4Model {
 impl CausalLm for Gemma4Model {
     type Cache = SequenceCache;
 
-    fn family(&self) -> &'static str {
-        "gemma4"
-    }
-
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
-    }
-
-    fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
     }
 
     fn max_context(&self) -> usize {

@@ -337,16 +337,8 @@ fn hidden_values(hidden: &Tensor) -> Result<Vec<f32>> {
 impl CausalLm for Qwen2Model {
     type Cache = KvCache;
 
-    fn family(&self) -> &'static str {
-        super::config::ARCHITECTURE
-    }
-
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
-    }
-
-    fn hidden_size(&self) -> usize {
-        self.config.hidden_size
     }
 
     fn max_context(&self) -> usize {
