@@ -57,11 +57,23 @@ pub trait CausalLm: Send + Sync + 'static {
     fn logits(&self, hidden: &Tensor) -> Result<Tensor>;
     /// The greedy token of each hidden state (the lowest id among equal logits).
     fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
-        Ok(self
+        let logits = self
             .logits(hidden)?
             .to_dtype(candle_core::DType::F32)?
-            .argmax(candle_core::D::Minus1)?
-            .to_vec1::<u32>()?)
+            .to_vec2::<f32>()?;
+        Ok(logits.iter().map(|row| greedy_token(row)).collect())
+    }
+    /// [`Self::argmax`] among the ids below `below` only (a drafter's restricted vocabulary);
+    /// `below` is clamped to `1..=vocab`.
+    fn argmax_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<u32>> {
+        let logits = self
+            .logits(hidden)?
+            .to_dtype(candle_core::DType::F32)?
+            .to_vec2::<f32>()?;
+        Ok(logits
+            .iter()
+            .map(|row| greedy_token(&row[..below.clamp(1, row.len().max(1)).min(row.len())]))
+            .collect())
     }
     /// Keeps the first `len` positions of the cache.
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<()>;
@@ -74,4 +86,18 @@ pub trait CausalLm: Send + Sync + 'static {
     ) -> Result<Option<SharedKv>> {
         Ok(None)
     }
+}
+
+/// The lowest id among the largest logits; NaN never wins (an all-NaN row gives 0).
+fn greedy_token(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &x) in logits.iter().enumerate() {
+        if x.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
 }

@@ -459,6 +459,17 @@ fn argmax_is_the_argmax_of_the_logits() {
         let mut again = model.new_cache().unwrap();
         let next = model.forward_block_argmax(&tokens, &mut again).unwrap();
         assert_eq!(next, *qwen2_support::argmax_rows(&logits).last().unwrap());
+        // A restricted vocabulary: the argmax of the logits' first `below` columns, also
+        // for limits that end inside a tile of the packed head.
+        for below in [1, 7, 16, 33, spec.vocab - 1, spec.vocab, spec.vocab + 5] {
+            let prefix = logits.narrow(1, 0, below.min(spec.vocab)).unwrap();
+            assert_eq!(
+                model.argmax_below(&hidden, below).unwrap(),
+                qwen2_support::argmax_rows(&prefix),
+                "{:?}, ids below {below}",
+                spec.layout
+            );
+        }
     }
 }
 

@@ -9,13 +9,15 @@ use specd_verifier::TargetCarry;
 
 use crate::embedded_drafter::{EmbeddedDrafter, InProcessCarry};
 
-/// Loads a GGUF draft model and refuses it unless its vocabulary is the target's.
+/// Loads a GGUF draft model and refuses it unless its vocabulary is the target's; it proposes
+/// ids below `draft_vocab` only (0: every id).
 pub fn load(
     path: &Path,
     device: &Device,
     target_vocab: usize,
+    draft_vocab: usize,
 ) -> Result<EmbeddedDrafter<DraftModelEngine>, EngineError> {
-    let engine = DraftModelEngine::load(path, device, 16)?;
+    let engine = DraftModelEngine::load(path, device, 16)?.with_draft_vocab(draft_vocab);
     let vocab = engine.info().vocab_size;
     if vocab != target_vocab {
         return Err(EngineError::invalid(

@@ -15,7 +15,7 @@ pub mod mtp;
 pub mod random;
 pub mod server;
 
-pub use draft_model::{DraftModelEngine, DraftModelSession};
+pub use draft_model::{DraftModelEngine, DraftModelSession, DEFAULT_DRAFT_VOCAB};
 pub use engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };

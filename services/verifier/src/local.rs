@@ -17,7 +17,7 @@ use crate::admission::{Admissions, KvBudget, Reservation};
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
 use crate::target::{TargetModel, MAX_ROLLBACK};
-use crate::verify_block::{accept_and_rollback, sample_from_hidden};
+use crate::verify_block::{accept_and_rollback, head_tokens, token_from_hidden, HeadRows};
 
 /// Capacity limits of a verifier.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +34,7 @@ impl Default for VerifierLimits {
 
 pub(crate) struct Sequence<C> {
     pub cache: C,
-    sampling: SamplingParams,
+    pub sampling: SamplingParams,
     /// The last round answered, kept so a retried round returns the same answer.
     pub last_round: Option<LastRound>,
 }
@@ -196,7 +196,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         cache: T::Cache,
         hidden: Tensor,
     ) -> Result<Prefilled<TargetCarry>, VerifierError> {
-        let first_token = sample_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
+        let first_token = token_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
         let len = self.target.cache_len(&cache);
         let carry = if request.want_carry {
             Some(TargetCarry {
@@ -304,25 +304,25 @@ impl<T: TargetModel> LocalVerifier<T> {
         Ok(VerifyStart::Run { start_len })
     }
 
-    /// Accepts and rolls back a forwarded block (`hidden`: every position's hidden), and
-    /// records the answer for retries. On error the cache is left as before the round.
+    /// Accepts and rolls back a forwarded block (`hidden`: every position's hidden,
+    /// `targets`: the target's token at each), and records the answer for retries. On error
+    /// the cache is left as before the round.
     pub(crate) fn finish_verify(
         &self,
         seq: &mut Sequence<T::Cache>,
         request: &VerifyRequest,
         hidden: &Tensor,
+        targets: &[u32],
         start_len: usize,
     ) -> Result<Verified<TargetCarry>, VerifierError> {
-        let sampling = seq.sampling;
         let outcome = accept_and_rollback(
             &*self.target,
             &mut seq.cache,
             &request.tokens,
             hidden,
+            targets,
             start_len,
-            &sampling,
             request.budget,
-            request.output_index_base,
             request.want_carry,
         );
         let outcome = match outcome {
@@ -381,7 +381,26 @@ impl<T: TargetModel> LocalVerifier<T> {
                 return Err(e);
             }
         };
-        let mut answer = self.finish_verify(&mut seq, &request, &hidden, start_len)?;
+        let targets = head_tokens(
+            &*self.target,
+            &[HeadRows {
+                hidden: &hidden,
+                sampling: &seq.sampling,
+                output_index_base: request.output_index_base,
+            }],
+        )
+        .and_then(|mut rows| {
+            rows.pop()
+                .ok_or_else(|| VerifierError::Forward("the LM head returned no row".into()))
+        });
+        let targets = match targets {
+            Ok(targets) => targets,
+            Err(e) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        let mut answer = self.finish_verify(&mut seq, &request, &hidden, &targets, start_len)?;
         // Acceptance on the logits is part of what a verify of this width costs.
         answer.forward = Some(ForwardCost {
             tokens: request.tokens.len(),

@@ -49,6 +49,9 @@ pub trait TargetModel: Send + Sync + 'static {
     ) -> Result<Vec<Tensor>, VerifierError>;
     /// Logits `[n, vocab]` of hidden states `[n, hidden]`.
     fn logits(&self, hidden: &Tensor) -> Result<Tensor, VerifierError>;
+    /// The greedy token of each hidden state `[n, hidden]` (the lowest id among equal
+    /// logits), in one pass of the LM head; the CPU engine never materialises the logits.
+    fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>, VerifierError>;
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<(), VerifierError>;
     /// K/V rows of positions `from .. to` for a drafter, if this target exports them.
     fn shared_kv(
@@ -198,6 +201,10 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
 
     fn logits(&self, hidden: &Tensor) -> Result<Tensor, VerifierError> {
         Ok(self.model.logits(hidden)?)
+    }
+
+    fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>, VerifierError> {
+        Ok(self.model.argmax(hidden)?)
     }
 
     fn truncate(&self, cache: &mut M::Cache, len: usize) -> Result<(), VerifierError> {

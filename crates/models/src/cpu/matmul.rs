@@ -100,8 +100,12 @@ pub enum Output<'a> {
         out: &'a mut [f32],
         bias: Option<&'a [f32]>,
     },
-    /// The index and value of each row's largest output (the lowest index among equals).
-    Argmax(&'a mut [(u32, f32)]),
+    /// The index and value of each row's largest output among the first `below` (the
+    /// lowest index among equals); only the tiles holding those outputs are read.
+    Argmax {
+        best: &'a mut [(u32, f32)],
+        below: usize,
+    },
     /// The task's matrix is a gate projection and `up` the up projection of the same
     /// shape: `out[r * out_features + j] = silu(gate[r][j]) * up[r][j]`, each tile of both
     /// computed by one worker, so neither projection is ever stored.
@@ -146,6 +150,10 @@ struct Part<'a> {
     out: Option<SendPtr>,
     /// The task's first tile in the region's numbering.
     start: usize,
+    /// Tiles of the matrix the task reads (all but for a restricted argmax).
+    tiles: usize,
+    /// Outputs past this index are not computed.
+    columns: usize,
     argmax: Option<ArgmaxSlots>,
     /// The up projection of a SwiGLU task.
     up: Option<&'a PackedMatrix>,
@@ -167,7 +175,10 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
                 assert!(out.len() >= t.input.rows() * t.matrix.out_features());
                 assert!(bias.is_none_or(|b| b.len() == t.matrix.out_features()));
             }
-            Output::Argmax(best) => assert_eq!(best.len(), t.input.rows()),
+            Output::Argmax { best, below } => {
+                assert_eq!(best.len(), t.input.rows());
+                assert!((1..=t.matrix.out_features()).contains(below));
+            }
             Output::SwiGlu { up, out } => {
                 // Both read the same quantized rows.
                 assert_eq!(up.format().activation(), t.matrix.format().activation());
@@ -183,9 +194,13 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     let mut total = 0;
     let mut parts: [Option<Part<'_>>; MAX_TASKS] = std::array::from_fn(|_| None);
     for (part, t) in parts.iter_mut().zip(tasks.iter_mut()) {
+        let columns = match &t.output {
+            Output::Argmax { below, .. } => *below,
+            _ => t.matrix.out_features(),
+        };
         let (out, bias, argmax, up) = match &mut t.output {
             Output::Store { out, bias } => (Some(SendPtr(out.as_mut_ptr())), *bias, None, None),
-            Output::Argmax(_) => (
+            Output::Argmax { .. } => (
                 None,
                 None,
                 Some(ArgmaxSlots(
@@ -203,10 +218,12 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             bias,
             out,
             start: total,
+            tiles: columns.div_ceil(TILE),
+            columns,
             argmax,
             up,
         });
-        total += t.matrix.tiles();
+        total += columns.div_ceil(TILE);
     }
     if total == 0 {
         return;
@@ -221,7 +238,7 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
         }
         let end = (first + chunk).min(total);
         for part in parts.iter().flatten() {
-            let tiles = part.start..part.start + part.matrix.tiles();
+            let tiles = part.start..part.start + part.tiles;
             let (from, to) = (first.max(tiles.start), end.min(tiles.end));
             for g in from..to {
                 let argmax = part.argmax.as_ref().map(|slots| {
@@ -234,7 +251,7 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     });
     for (t, part) in tasks.iter_mut().zip(parts) {
         if let (
-            Output::Argmax(best),
+            Output::Argmax { best, .. },
             Some(Part {
                 argmax: Some(slots),
                 ..
@@ -262,7 +279,7 @@ fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<
     let kind = matrix.format().activation();
     let n_out = matrix.out_features();
     let first_col = tile * TILE;
-    let valid = TILE.min(n_out - first_col);
+    let valid = TILE.min(part.columns - first_col);
     let ptr = matrix.tile_ptr(tile);
     let mut buf = [[0f32; 16]; MAX_ROWS];
     let mut r0 = 0;

@@ -195,11 +195,41 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
         &mut [Task {
             matrix: &m,
             input: &input,
-            output: Output::Argmax(&mut best),
+            output: Output::Argmax {
+                best: &mut best,
+                below: out,
+            },
         }],
         &pool,
         Isa::active(),
     );
+    let mut below = vec![(0u32, 0f32); rows];
+    let limit = 137;
+    matmul(
+        &mut [Task {
+            matrix: &m,
+            input: &input,
+            output: Output::Argmax {
+                best: &mut below,
+                below: limit,
+            },
+        }],
+        &pool,
+        Isa::active(),
+    );
+    for r in 0..rows {
+        let row = &y[r * out..r * out + limit];
+        let (idx, val) =
+            row.iter().enumerate().fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, v)| if *v > b.1 { (i, *v) } else { b },
+            );
+        assert_eq!(
+            below[r],
+            (idx as u32, val),
+            "row {r}, outputs below {limit}"
+        );
+    }
     for r in 0..rows {
         let row = &y[r * out..(r + 1) * out];
         let (idx, val) =

@@ -217,11 +217,19 @@ impl Qwen2Model {
     /// The greedy token of each hidden state `[n, hidden]` (the lowest id among equal
     /// logits); on CPU the logits are never materialised.
     pub fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        self.argmax_below(hidden, self.config.vocab_size)
+    }
+
+    /// [`Self::argmax`] among the ids below `below` only (at least 1, at most the
+    /// vocabulary); on CPU the head's rows past `below` are never read.
+    pub fn argmax_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<u32>> {
         self.check_hidden(hidden)?;
+        let below = below.clamp(1, self.config.vocab_size);
         match &self.runner {
-            Runner::Engine(e) => Ok(e.argmax(&hidden_values(hidden)?)),
+            Runner::Engine(e) => Ok(e.argmax(&hidden_values(hidden)?, below)),
             Runner::Candle(c) => Ok(c
                 .logits(hidden)?
+                .narrow(1, 0, below)?
                 .to_dtype(DType::F32)?
                 .argmax(1)?
                 .to_vec1::<u32>()?),
@@ -396,6 +404,14 @@ impl CausalLm for Qwen2Model {
 
     fn argmax(&self, hidden: &Tensor) -> std::result::Result<Vec<u32>, ModelError> {
         Ok(Qwen2Model::argmax(self, hidden)?)
+    }
+
+    fn argmax_below(
+        &self,
+        hidden: &Tensor,
+        below: usize,
+    ) -> std::result::Result<Vec<u32>, ModelError> {
+        Ok(Qwen2Model::argmax_below(self, hidden, below)?)
     }
 
     fn truncate(&self, cache: &mut KvCache, len: usize) -> std::result::Result<(), ModelError> {

@@ -5,16 +5,16 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use candle_core::{DType, Tensor, D};
 use serde_json::{json, Value};
+use specd_core::SamplingParams;
 use specd_models::qwen2::Qwen2Model;
-use specd_verifier::TargetModel;
+use specd_verifier::{head_tokens, HeadRows, TargetModel};
 
 /// Median step times, and the costs relative to one target decode step.
 #[derive(Debug, Clone)]
 pub struct StepCosts {
-    /// `verify[n - 1]`: median time to verify n tokens (forward of n rows, logits of every
-    /// row, argmax, rollback). `verify[0]` is one plain decode step.
+    /// `verify[n - 1]`: median time to verify n tokens (forward of n rows, the greedy token
+    /// of every row in one LM head pass as the verifier takes it, rollback). `verify[0]` is one plain decode step.
     pub verify: Vec<Duration>,
     /// Median time of one draft-model step (a 1-token forward and its argmax), if measured.
     pub draft_step: Option<Duration>,
@@ -23,14 +23,6 @@ pub struct StepCosts {
 pub(super) fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
-}
-
-fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
-    Ok(logits
-        .to_dtype(DType::F32)?
-        .argmax(D::Minus1)?
-        .flatten_all()?
-        .to_vec1::<u32>()?)
 }
 
 impl StepCosts {
@@ -104,6 +96,7 @@ pub fn measure_target<T: TargetModel>(
     let mut cache = target.new_cache()?;
     target.prefill(&mut cache, context)?;
     let base = target.cache_len(&cache);
+    let greedy = SamplingParams::default();
     let mut samples = vec![Vec::with_capacity(reps); max_width];
     for rep in 0..=reps {
         for width in 1..=max_width {
@@ -113,7 +106,14 @@ pub fn measure_target<T: TargetModel>(
             let rows = hidden
                 .first()
                 .ok_or_else(|| anyhow::anyhow!("the target returned no hidden states"))?;
-            argmax_rows(&target.logits(rows)?)?;
+            head_tokens(
+                target,
+                &[HeadRows {
+                    hidden: rows,
+                    sampling: &greedy,
+                    output_index_base: 0,
+                }],
+            )?;
             let elapsed = start.elapsed();
             target.truncate(&mut cache, base)?;
             if rep > 0 {
@@ -124,9 +124,15 @@ pub fn measure_target<T: TargetModel>(
     Ok(samples.into_iter().map(median).collect())
 }
 
-/// Times one draft-model step on top of `context`: a one-token forward and its greedy token,
-/// as the draft-model drafter computes it (no logits are materialised on CPU).
-pub fn measure_draft_model(model: &Qwen2Model, context: &[u32], reps: usize) -> Result<Duration> {
+/// Times one draft-model step on top of `context`: a one-token forward and its greedy token
+/// among the ids below `draft_vocab`, as the draft-model drafter computes it (no logits are
+/// materialised on CPU).
+pub fn measure_draft_model(
+    model: &Qwen2Model,
+    draft_vocab: usize,
+    context: &[u32],
+    reps: usize,
+) -> Result<Duration> {
     let mut cache = model.new_cache()?;
     model.forward_block_hidden(context, &mut cache)?;
     let base = cache.len();
@@ -134,7 +140,8 @@ pub fn measure_draft_model(model: &Qwen2Model, context: &[u32], reps: usize) -> 
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
         let start = Instant::now();
-        model.forward_block_argmax(&[token], &mut cache)?;
+        let hidden = model.forward_block_hidden(&[token], &mut cache)?;
+        model.argmax_below(&hidden, draft_vocab)?;
         let elapsed = start.elapsed();
         cache.truncate(base)?;
         if rep > 0 {

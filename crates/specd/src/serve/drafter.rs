@@ -36,6 +36,10 @@ pub struct DrafterArgs {
     /// Seconds after which an untouched session is closed (0: never).
     #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: u64,
+    /// A GGUF draft model proposes only token ids below this (its LM head reads only their
+    /// rows); 0: the whole vocabulary.
+    #[arg(long, env = "SPECD_DRAFT_VOCAB", default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
+    pub draft_vocab: usize,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -63,9 +67,9 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
                 args.target.display()
             );
         }
-        let engine =
-            DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
-                .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
+        let engine = DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
+            .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?
+            .with_draft_vocab(args.draft_vocab);
         serve_engine(engine, &args).await
     } else {
         let engine = MtpEngine::load(&args.drafter, &args.target, args.dtype.dtype(), &device)

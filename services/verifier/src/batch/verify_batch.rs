@@ -14,6 +14,7 @@ use super::jobs::{RowAnswer, VerifyJob};
 use crate::error::VerifierError;
 use crate::local::{lock, LocalVerifier, Sequence, SequenceHandle, VerifyStart};
 use crate::target::TargetModel;
+use crate::verify_block::{head_tokens, HeadRows};
 
 /// Takes up to `max_rows` rows of distinct sequences, oldest first, out of `waiting`. Rows
 /// whose caller went away are dropped; a second row of a sequence already taken (a retry
@@ -118,11 +119,31 @@ pub(crate) fn run_batch<T: TargetModel>(
         }
         Err(e) => return fail_rows(local, rows, &e.to_string()),
     };
+    // One LM head pass serves every row of every sequence in the forward.
+    let heads: Vec<HeadRows<'_>> = rows
+        .iter()
+        .zip(&hiddens)
+        .map(|(row, hidden)| HeadRows {
+            hidden,
+            sampling: &row.state.sampling,
+            output_index_base: row.job.request.output_index_base,
+        })
+        .collect();
+    let targets = match head_tokens(&**local.target(), &heads) {
+        Ok(targets) => targets,
+        Err(e) => return fail_rows(local, rows, &e.to_string()),
+    };
     let mut finished = Vec::with_capacity(rows.len());
-    for (mut row, hidden) in rows.into_iter().zip(hiddens) {
+    for ((mut row, hidden), targets) in rows.into_iter().zip(&hiddens).zip(&targets) {
         let before = row.state.last_round.clone();
         let answer = local
-            .finish_verify(&mut row.state, &row.job.request, &hidden, row.start_len)
+            .finish_verify(
+                &mut row.state,
+                &row.job.request,
+                hidden,
+                targets,
+                row.start_len,
+            )
             .and_then(|verified| with_window(local, &row.state, &row.job, verified));
         finished.push((row, before, answer));
     }

@@ -101,12 +101,20 @@ impl Engine {
         logits
     }
 
-    /// The greedy token of each hidden state (the lowest id among equal logits), without
-    /// materialising the logits.
-    pub(crate) fn argmax(&self, hidden: &[f32]) -> Vec<u32> {
+    /// The greedy token among ids below `below` of each hidden state (the lowest id among
+    /// equal logits), without materialising the logits; the head's rows past `below` are
+    /// not read.
+    pub(crate) fn argmax(&self, hidden: &[f32], below: usize) -> Vec<u32> {
         let n = hidden.len() / self.config.hidden_size;
         let mut best = vec![(0u32, 0f32); n];
-        self.head(hidden, Output::Argmax(&mut best));
+        let below = below.clamp(1, self.config.vocab_size);
+        self.head(
+            hidden,
+            Output::Argmax {
+                best: &mut best,
+                below,
+            },
+        );
         best.into_iter().map(|(i, _)| i).collect()
     }
 
