@@ -1,5 +1,9 @@
 //! The per-request round loop: prefill, then draft / verify / emit rounds until a stop.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use tracing::{debug, warn, Instrument};
 
 use super::answer_check::check_verify_answer;
@@ -127,6 +131,14 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     pending_committed: Vec<u32>,
     /// The governor judged speculation not worth a drafter session for this request.
     declined: bool,
+    /// The drafter session is being opened: rounds run plain until it is ready.
+    opening: bool,
+}
+
+/// A drafter session's open in flight.
+struct Opening<'a, E> {
+    future: Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>>,
+    started: std::time::Instant,
 }
 
 type Step<E> = Result<Option<FinishReason>, RoundLoopError<E>>;
@@ -171,6 +183,7 @@ where
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
             declined: false,
+            opening: false,
         }
     }
 
@@ -188,13 +201,18 @@ where
             .await
             .map_err(RoundLoopError::Verifier)?;
         self.bonus = prefilled.first_token;
-        self.open_drafter(prefilled.carry).await;
+        // The first token goes out before the drafter session opens (a draft model prefills
+        // the whole prompt to open), so speculation never delays it.
         let mut finish = self.emit(&[prefilled.first_token]).await?.finish;
         timer.first_token();
+        let mut opening = match finish {
+            None => self.start_open(prefilled.carry),
+            Some(_) => None,
+        };
         let reason = loop {
             match finish {
                 Some(reason) => break reason,
-                None => finish = observe::round(self.round, self.round()).await?,
+                None => finish = self.next_round(&mut opening).await?,
             }
         };
         let finish = self.finish(reason).await;
@@ -222,31 +240,79 @@ where
         }
     }
 
-    async fn open_drafter(&mut self, carry: Option<V::Carry>) {
-        let Some(drafter) = self.drafter else {
-            return;
-        };
+    /// Starts opening the drafter session. Rounds run plain beside the open and speculation
+    /// starts with the first round after it completes; until then the rounds' carries are
+    /// kept for the session's first draft call.
+    fn start_open(&mut self, carry: Option<V::Carry>) -> Option<Opening<'a, D::Error>> {
+        let drafter = self.drafter?;
         let Some(carry) = carry else {
             self.fall_back(
                 FallbackCause::MissingCarry,
                 "prefill returned no carry".into(),
             );
-            return;
+            return None;
         };
         self.cleanup.session_opening(drafter, self.request.session);
-        let start = self.clock.now();
-        let opened = drafter
-            .open(OpenRequest {
-                session: self.request.session,
-                prompt_ids: self.request.prompt_ids.clone(),
-                sampling: self.request.sampling,
-                carry,
+        let future = drafter.open(OpenRequest {
+            session: self.request.session,
+            prompt_ids: self.request.prompt_ids.clone(),
+            sampling: self.request.sampling,
+            carry,
+        });
+        self.opening = true;
+        Some(Opening {
+            future: Box::pin(future),
+            started: self.clock.now(),
+        })
+    }
+
+    /// The next round, with the drafter session's open (if pending) driven beside it.
+    async fn next_round(&mut self, opening: &mut Option<Opening<'a, D::Error>>) -> Step<V::Error> {
+        // An open that is done (an in-process drafter opens synchronously when polled) makes
+        // this round the first speculative one.
+        if let Some(open) = opening.as_mut() {
+            let polled = std::future::poll_fn(|cx| Poll::Ready(open.future.as_mut().poll(cx)));
+            if let Poll::Ready(outcome) = polled.await {
+                let started = open.started;
+                *opening = None;
+                self.opened(outcome, started);
+            }
+        }
+        let Some(open) = opening.as_mut() else {
+            return observe::round(self.round, self.round()).await;
+        };
+        let mut opened = None;
+        let step = {
+            let mut round = std::pin::pin!(observe::round(self.round, self.round()));
+            std::future::poll_fn(|cx| {
+                // Driven beside the round, for drafters whose open progresses only when polled.
+                if opened.is_none() {
+                    if let Poll::Ready(outcome) = open.future.as_mut().poll(cx) {
+                        opened = Some(outcome);
+                    }
+                }
+                round.as_mut().poll(cx)
             })
-            .await;
-        match opened {
+            .await
+        };
+        if let Some(outcome) = opened {
+            let started = open.started;
+            *opening = None;
+            self.opened(outcome, started);
+        } else if self.drafter.is_none() {
+            // Speculation ended during the open (its session is already being closed).
+            *opening = None;
+        }
+        step
+    }
+
+    /// Books the outcome of the drafter session's open.
+    fn opened(&mut self, outcome: Result<(), D::Error>, started: std::time::Instant) {
+        self.opening = false;
+        match outcome {
             Ok(()) => {
                 if let Some(governor) = self.control.governor() {
-                    let time = self.clock.now().saturating_duration_since(start);
+                    let time = self.clock.now().saturating_duration_since(started);
                     governor.record_open(self.request.prompt_ids.len(), time);
                 }
             }
@@ -273,7 +339,11 @@ where
             (set, governed) => set.or(governed),
         };
         self.controller.set_cap(cap);
-        let block_size = self.plan_block(budget + 1);
+        let block_size = if self.opening {
+            1
+        } else {
+            self.plan_block(budget + 1)
+        };
         if self.declined || (governed == Some(1) && self.drafter.is_some()) {
             self.stats.speculation_off_rounds += 1;
         }
@@ -459,6 +529,7 @@ where
         });
         self.controller.disable();
         self.drafter = None;
+        self.opening = false;
         self.pending_carries.clear();
         self.pending_committed.clear();
         self.cleanup.detach_session();
