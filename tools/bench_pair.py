@@ -9,16 +9,22 @@ greedy decoding:
   n-gram drafters), which also measures the step costs and checks every speculative output
   against plain;
 - llama.cpp: `llama-completion` (plain) and `llama-speculative-simple` (draft model, K drafts)
-  on each prompt, plus `llama-bench` for its decode, small-batch (n = 1..8) and 1,500-token
-  prompt costs on the target and its decode and prompt costs on the drafter;
+  on each prompt, `llama-lookup` (prompt-lookup decoding: n-gram drafts of up to K tokens from
+  the prompt and the text so far, no draft model) on the prompts of the lookup kinds (default:
+  the edit prompts, whose answers copy the prompt), plus `llama-bench` for its decode,
+  small-batch (n = 1..8) and 1,500-token prompt costs on the target and its decode and prompt
+  costs on the drafter;
 - both: cold start to the first token (a fresh process generating one token from the first
   prompt, timed from spawn to exit, with its peak resident memory), 3 runs each.
 
-The "Engine" section sets specd's CPU engine (the `engine` object of `specd bench`) beside
+Every prompt has a kind (`code`, `prose`, `edit` for specd's built-in set; see `specd bench
+--kinds`), and the report gives every row's tokens/s and ratio to its own tool's plain decoding
+per kind as well as over all prompts. The "Engine" section sets specd's CPU engine (the `engine` object of `specd bench`) beside
 llama.cpp, each figure next to the target it should meet. Tokens per second count decode only
 (prompt processing excluded) on both sides. Every specd process runs with SPECD_THREADS set to
 the thread count llama.cpp gets. Writes specd.json, llama.json, cold_start.json, report.md and
-the raw logs into the output directory.
+the raw logs into the output directory; `--report-only` writes report.md again from those JSON
+files without running anything.
 """
 
 import argparse
@@ -95,10 +101,43 @@ def same_prefix(a, b):
     return n > 0 and a[:n] == b[:n]
 
 
+def spec_sample(proc, i, plain_text, text, log_name):
+    """One speculative run of llama-speculative-simple or llama-lookup: both print the
+    prompt, then the generated text on stdout, and on stderr "decoded N tokens in T seconds"
+    (decode only, prompt processing excluded) and the n_drafted / n_accept counts."""
+    decoded = DECODED_RE.search(proc.stderr + proc.stdout)
+    if not decoded:
+        raise RuntimeError(f"no 'decoded' line, see {log_name}")
+    accepted = ACCEPT_RE.search(proc.stderr)
+    drafted = DRAFTED_RE.search(proc.stderr)
+    gen = generated_text(proc.stdout, text)
+    return {
+        "prompt": i,
+        "tokens": int(decoded.group(1)),
+        "seconds": float(decoded.group(2)),
+        "accepted": int(accepted.group(1)) if accepted else None,
+        "drafted": int(drafted.group(1)) if drafted else None,
+        "identical": same_prefix(plain_text, gen),
+        "text": gen,
+    }
+
+
+def prompt_kind(prompt):
+    return prompt.get("kind", "file")
+
+
+def lookup_prompts(args, prompts):
+    """Indices of the prompts llama-lookup runs on: those of the lookup kinds."""
+    if args.lookup_kinds == ["all"]:
+        return list(range(len(prompts)))
+    return [i for i, p in enumerate(prompts) if prompt_kind(p) in args.lookup_kinds]
+
+
 def llama_runs(args, prompts, out):
     common = ["-t", str(args.threads), "--temp", "0", "-c", "4096", "--seed", "1"]
     n = ["-n", str(args.max_tokens)]
-    results = {"plain": [], "spec": {k: [] for k in args.ks}}
+    results = {"plain": [], "spec": {k: [] for k in args.ks}, "lookup": {k: [] for k in args.ks}}
+    lookup = set(lookup_prompts(args, prompts))
     for i, prompt in enumerate(prompts):
         text = prompt["text"]
         proc = run(
@@ -121,21 +160,24 @@ def llama_runs(args, prompts, out):
             )
             if proc.returncode != 0:
                 raise RuntimeError(f"llama-speculative-simple failed, see llama-spec-k{k}-{i}.log")
-            decoded = DECODED_RE.search(proc.stderr + proc.stdout)
-            if not decoded:
-                raise RuntimeError(f"no 'decoded' line, see llama-spec-k{k}-{i}.log")
-            accepted = ACCEPT_RE.search(proc.stderr)
-            drafted = DRAFTED_RE.search(proc.stderr)
-            gen = generated_text(proc.stdout, text)
-            results["spec"][k].append({
-                "prompt": i,
-                "tokens": int(decoded.group(1)),
-                "seconds": float(decoded.group(2)),
-                "accepted": int(accepted.group(1)) if accepted else None,
-                "drafted": int(drafted.group(1)) if drafted else None,
-                "identical": same_prefix(plain_text, gen),
-                "text": gen,
-            })
+            results["spec"][k].append(
+                spec_sample(proc, i, plain_text, text, f"llama-spec-k{k}-{i}.log"))
+        if i not in lookup:
+            continue
+        for k in args.ks:
+            # The n-gram sizes (1 to 4 tokens) are fixed in llama.cpp's common/ngram-cache.h;
+            # no static or dynamic lookup cache is given, so each run drafts only from its
+            # own prompt and output, as specd's n-gram drafter does. --ignore-eos as in the
+            # plain run: both then emit the same number of tokens.
+            log_name = f"llama-lookup-k{k}-{i}.log"
+            proc = run(
+                [f"{args.llama_bin}/llama-lookup", "-m", args.target, "--spec-draft-n-max",
+                 str(k), "-p", text, "--ignore-eos"] + n + common,
+                out / log_name,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"llama-lookup failed, see {log_name}")
+            results["lookup"][k].append(spec_sample(proc, i, plain_text, text, log_name))
     return results
 
 
@@ -214,6 +256,135 @@ def rate(samples):
     tokens = sum(s["tokens"] for s in samples)
     secs = sum(s["seconds"] for s in samples)
     return tokens / secs if secs > 0 else 0.0
+
+
+def rate_of(samples, prompts):
+    """Tokens/s of the samples of the prompts (indices) in `prompts`; None when there is none."""
+    chosen = [s for s in samples if s["prompt"] in prompts]
+    return rate(chosen) if chosen else None
+
+
+def alpha_of(samples):
+    accepted = [s["accepted"] for s in samples if s["accepted"] is not None]
+    drafted = [s["drafted"] for s in samples if s["drafted"] is not None]
+    return sum(accepted) / sum(drafted) if drafted and sum(drafted) else None
+
+
+def kinds_of(prompts):
+    """The prompt kinds in order of first appearance, each with the indices of its prompts."""
+    kinds = {}
+    for i, p in enumerate(prompts):
+        kinds.setdefault(prompt_kind(p), []).append(i)
+    return kinds
+
+
+def specd_rate_of(specd, row, prompts):
+    """specd's decode tokens/s over the prompts (indices) in `prompts`, from the per-prompt
+    decode tokens and seconds; plain decoding when `row` is None."""
+    if row is None:
+        parts = [(p.get("plain_decode_tokens"), p.get("plain_decode_seconds"))
+                 for i, p in enumerate(specd["prompts"]) if i in prompts]
+    else:
+        parts = [(p.get("decode_tokens"), p.get("decode_seconds"))
+                 for p in row.get("per_prompt", []) if p["prompt"] in prompts]
+    if not parts or any(t is None or sec is None for t, sec in parts):
+        return None
+    secs = sum(sec for _, sec in parts)
+    return sum(t for t, _ in parts) / secs if secs > 0 else None
+
+
+def speed_cell(tps, base):
+    """tok/s and its ratio to the tool's plain decoding on the same prompts."""
+    if tps is None:
+        return "–"
+    ratio = div(tps, base)
+    return f"{tps:.2f} ({ratio:.2f}×)" if ratio is not None else f"{tps:.2f}"
+
+
+def row_k(row):
+    return row["k"] if row["k"] is not None else "auto"
+
+
+def kinds_section(args, specd, llama):
+    """Every row's tokens/s per prompt kind and over all prompts, each with its ratio to its
+    own tool's plain decoding of the same prompts."""
+    prompts = specd["prompts"]
+    kinds = kinds_of(prompts)
+    everything = set(range(len(prompts)))
+    lookup = set(lookup_prompts(args, prompts))
+    groups = [(kind, set(members)) for kind, members in kinds.items()] + [("all", everything)]
+    lines = ["", "By prompt kind: tok/s over decode only, with × the same tool's plain decoding "
+             "of the same prompts (" + ", ".join(f"{k}: {len(m)}" for k, m in kinds.items())
+             + " prompts):", ""]
+    out = lines.append
+    out("| tool | drafter | K | " + " | ".join(kind for kind, _ in groups) + " |")
+    out("|---|---|---|" + "---|" * len(groups))
+    l_plain = {kind: rate_of(llama["plain"], members) for kind, members in groups}
+    s_plain = {kind: specd_rate_of(specd, None, members) for kind, members in groups}
+
+    def line(tool, drafter, k, cells):
+        out(f"| {tool} | {drafter} | {k} | " + " | ".join(cells) + " |")
+
+    line("llama.cpp", "–", 0, [speed_cell(l_plain[kind], l_plain[kind]) for kind, _ in groups])
+    for k in args.ks:
+        line("llama.cpp", "draft-model", k,
+             [speed_cell(rate_of(llama["spec"][k], m), l_plain[kind]) for kind, m in groups])
+    for k in args.ks:
+        samples = llama.get("lookup", {}).get(k, [])
+        if samples:
+            # Only groups whose every prompt ran llama-lookup get a figure.
+            line("llama.cpp", "lookup", k,
+                 [speed_cell(rate_of(samples, m), l_plain[kind]) if m <= lookup else "–"
+                  for kind, m in groups])
+    line("specd", "–", 0, [speed_cell(s_plain[kind], s_plain[kind]) for kind, _ in groups])
+    for row in specd["rows"]:
+        line("specd", row["drafter"], row_k(row),
+             [speed_cell(specd_rate_of(specd, row, m), s_plain[kind]) for kind, m in groups])
+    return lines
+
+
+def lookup_section(args, specd, llama):
+    """llama-lookup on its prompts beside llama.cpp plain and specd's n-gram drafter on the
+    same prompts."""
+    prompts = specd["prompts"]
+    chosen = set(lookup_prompts(args, prompts))
+    runs = llama.get("lookup", {})
+    if not chosen or not any(runs.get(k) for k in args.ks):
+        return ["", "llama-lookup did not run: no prompt of the lookup kinds "
+                f"({', '.join(args.lookup_kinds)})."]
+    kinds = sorted({prompt_kind(prompts[i]) for i in chosen})
+    l_plain = rate_of(llama["plain"], chosen)
+    s_plain = specd_rate_of(specd, None, chosen)
+    ngram = {row["k"]: row for row in specd["rows"] if row["drafter"] == "ngram"}
+    lines = ["", f"Prompt lookup on the {', '.join(kinds)} prompts ({len(chosen)}): llama.cpp's "
+             "`llama-lookup` (n-gram drafts of up to K tokens from the prompt and the output so "
+             "far, n-grams of 1 to 4 tokens) beside specd's n-gram drafter; × plain is over the "
+             f"same tool's plain decoding of these prompts (llama.cpp {fmt(l_plain, '.2f')}, "
+             f"specd {fmt(s_plain, '.2f')} tok/s):", ""]
+    out = lines.append
+    out("| K | llama-lookup tok/s | × llama.cpp plain | α | spec == plain | specd ngram tok/s "
+        "| × specd plain | α | spec == plain |")
+    out("|---|---|---|---|---|---|---|---|---|")
+    for k in args.ks:
+        samples = [s for s in runs.get(k, []) if s["prompt"] in chosen]
+        tps = rate(samples) if samples else None
+        same = sum(1 for s in samples if s["identical"])
+        row = ngram.get(k)
+        s_cells = ["–", "–", "–", "–"]
+        if row is not None:
+            s_tps = specd_rate_of(specd, row, chosen)
+            parts = [p for p in row.get("per_prompt", []) if p["prompt"] in chosen]
+            drafted = sum(p.get("drafted", 0) for p in parts)
+            accepted = sum(p.get("accepted", 0) for p in parts)
+            per_kind = [p for p in row.get("per_kind", []) if p["kind"] in kinds]
+            s_same = sum(p["identical"] for p in per_kind)
+            s_gen = sum(p["generations"] for p in per_kind)
+            s_cells = [fmt(s_tps, ".2f"), fmt(div(s_tps, s_plain), ".2f"),
+                       fmt(div(accepted, drafted), ".2f"), f"{s_same}/{s_gen}"]
+        out(f"| {k} | {fmt(tps, '.2f')} | {fmt(div(tps, l_plain), '.2f')} | "
+            f"{fmt(alpha_of(samples), '.2f')} | {same}/{len(samples)} | " + " | ".join(s_cells)
+            + " |")
+    return lines
 
 
 def fmt(value, spec, suffix=""):
@@ -343,6 +514,16 @@ def report(args, specd, llama, lbench, lbench_drafter, cold):
             f"{tps / plain_llama:.2f} | {vs_spec} | {row['alpha']:.2f} | "
             f"{row['tokens_per_round']:.2f} | {row['theory_positional']:.2f} | "
             f"{row['measured_over_theory']:.2f} | {row['identical']}/{row['generations']} |")
+    if "kinds" in specd:
+        lines.extend(kinds_section(args, specd, llama))
+        lines.extend(lookup_section(args, specd, llama))
+    ttft = specd.get("ttft")
+    if ttft:
+        out("")
+        out(f"Time to first token, {ttft['prompt_tokens']}-token prompt (specd, median of 2, "
+            f"in one process): plain {ttft['plain_s']:.2f} s, speculative with the draft model "
+            f"{ttft['speculative_s']:.2f} s = {ttft['speculative_over_plain']:.2f}x plain "
+            f"(target ≤ 1.05x).")
     out("")
     out("specd acceptance per draft position (accepted ÷ drafted at that position):")
     out("")
@@ -377,29 +558,65 @@ def report(args, specd, llama, lbench, lbench_drafter, cold):
     return "\n".join(lines) + "\n"
 
 
+def int_keys(runs):
+    """llama.json's runs with the K keys back as integers (JSON made them strings)."""
+    return {name: ({int(k): v for k, v in value.items()} if isinstance(value, dict) else value)
+            for name, value in runs.items()}
+
+
+def report_only(args, out):
+    specd = json.loads((out / "specd.json").read_text())
+    llama_file = json.loads((out / "llama.json").read_text())
+    cold_path = out / "cold_start.json"
+    cold = json.loads(cold_path.read_text()) if cold_path.exists() else None
+    llama = int_keys(llama_file["runs"])
+    args.max_tokens = specd.get("max_tokens", args.max_tokens)
+    # The settings of the run that wrote the files, whatever the command line says now.
+    for name, value in llama_file.get("settings", {}).items():
+        setattr(args, name, value)
+    args.ks = sorted(llama["spec"]) or args.ks
+    text = report(args, specd, llama, llama_file.get("bench"),
+                  llama_file.get("bench_drafter"), cold)
+    (out / "report.md").write_text(text)
+    print(text)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--specd", required=True)
-    parser.add_argument("--llama-bin", required=True)
+    parser.add_argument("--specd")
+    parser.add_argument("--llama-bin")
     parser.add_argument("--target", required=True)
-    parser.add_argument("--drafter", required=True)
+    parser.add_argument("--drafter")
     parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--ks", default="1,2,3,4,5,6")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompts", help="prompt file, one per line (default: specd's built-in set)")
+    parser.add_argument("--kinds", help="prompt kinds to run, e.g. code,prose,edit (default: all)")
+    parser.add_argument("--lookup-kinds", default="edit",
+                        help="prompt kinds llama-lookup runs on, or 'all' (default: edit)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write report.md again from the JSON files in --out, running nothing")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     args.ks = [int(k) for k in args.ks.split(",")]
+    args.lookup_kinds = [k.strip() for k in args.lookup_kinds.split(",") if k.strip()]
     out = Path(args.out)
+    if args.report_only:
+        report_only(args, out)
+        return
+    for name in ("specd", "llama_bin", "drafter"):
+        if getattr(args, name) is None:
+            parser.error(f"--{name.replace('_', '-')} is required unless --report-only")
     out.mkdir(parents=True, exist_ok=True)
 
     print("specd bench --sweep ...", file=sys.stderr)
     env = dict(os.environ, SPECD_THREADS=str(args.threads))
     proc = run(
         [args.specd, "bench", "--target", args.target, "--drafter", args.drafter,
-         "--sweep", ",".join(map(str, args.ks)), "--sweep-drafts", "draft-model,ngram",
-         "--max-tokens", str(args.max_tokens), "--json"]
-        + (["--prompts", args.prompts] if args.prompts else []),
+         "--sweep", ",".join(map(str, args.ks)), "--sweep-drafts", "draft-model,ngram,hybrid",
+         "--max-tokens", str(args.max_tokens), "--ttft-tokens", str(PREFILL_TOKENS), "--json"]
+        + (["--prompts", args.prompts] if args.prompts else [])
+        + (["--kinds", args.kinds] if args.kinds else []),
         out / "specd-bench.log",
         timeout=5400,
         env=env,
@@ -417,9 +634,11 @@ def main():
                          out / "llama-bench.log")
     lbench_drafter = llama_bench(args, args.drafter, [PREFILL_TOKENS],
                                  out / "llama-bench-drafter.log")
+    settings = {"max_tokens": args.max_tokens, "threads": args.threads, "ks": args.ks,
+                "lookup_kinds": args.lookup_kinds}
     (out / "llama.json").write_text(json.dumps(
-        {"runs": llama, "bench": lbench, "bench_drafter": lbench_drafter}, indent=1,
-        default=str))
+        {"runs": llama, "bench": lbench, "bench_drafter": lbench_drafter,
+         "settings": settings}, indent=1, default=str))
     print("cold start ...", file=sys.stderr)
     try:
         cold = cold_start(args, specd["prompts"][0], out)

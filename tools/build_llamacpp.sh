@@ -6,8 +6,9 @@
 # Usage: tools/build_llamacpp.sh [DIR]
 #   DIR defaults to ${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}.
 # Prints the directory holding the binaries (llama-bench, llama-completion,
-# llama-speculative, llama-speculative-simple) on stdout. Idempotent: a finished build is
-# reused, an interrupted one resumed.
+# llama-speculative, llama-speculative-simple, llama-lookup) on stdout. Idempotent: a finished
+# build is reused, an interrupted one resumed, and a build that lacks a target (one made
+# before that target was added here) builds only the missing one.
 #
 # With LLAMACPP_PROBE_MODEL=FILE.gguf, the native build must also run a 4-token batch of
 # that model: on some machines (seen on a Xeon with AMX under KVM) ggml's AMX matmul
@@ -20,7 +21,10 @@ set -euo pipefail
 
 readonly VERSION=0.3.36
 readonly COMMIT=0c1e57098
-readonly TARGETS=(llama-bench llama-completion llama-speculative llama-speculative-simple)
+# llama-lookup is llama.cpp's prompt-lookup decoding (examples/lookup): n-gram drafts from the
+# prompt and the text so far, no draft model.
+readonly TARGETS=(llama-bench llama-completion llama-speculative llama-speculative-simple
+    llama-lookup)
 
 log() { echo "build_llamacpp: $*" >&2; }
 
@@ -83,15 +87,28 @@ if [ ! -f "$tree/CMakeLists.txt" ]; then
     tar xzf "$sdist" -C "$src"
 fi
 
+# GCC gives explicit -mno-* flags precedence over -march=native, whatever their order.
+readonly NOAMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+use_noamx() {
+    build build-noamx "$NOAMX_FLAGS"
+    batches_run "$noamx" || { log "error: the build without AMX crashes too"; exit 1; }
+    log "using the build without AMX"
+    echo "$noamx"
+    exit 0
+}
+
 cd "$tree"
+# A build without AMX exists only because the native one crashed here before: when the native
+# binaries still crash, only the build without AMX gets the missing targets.
+if [ -d build-noamx ] && [ -x "$bin/llama-bench" ] && ! batches_run "$bin"; then
+    log "the native build crashes on a 4-token batch of $LLAMACPP_PROBE_MODEL; completing the build without AMX"
+    use_noamx
+fi
 all_built "$bin" || build build ""
 if batches_run "$bin"; then
     echo "$bin"
     exit 0
 fi
 log "the native build crashes on a 4-token batch of $LLAMACPP_PROBE_MODEL; building without AMX"
-# GCC gives explicit -mno-* flags precedence over -march=native, whatever their order.
-build build-noamx "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-batches_run "$noamx" || { log "error: the build without AMX crashes too"; exit 1; }
-log "using the build without AMX"
-echo "$noamx"
+use_noamx

@@ -8,6 +8,7 @@
 //! * [`verifier`] and [`drafter`]: the two sides of a round, as async traits.
 //! * [`round_loop`]: the per-request state machine that drives them.
 //! * [`ngram`]: the model-free prompt-lookup drafter.
+//! * [`hybrid`]: prompt lookup in front of another drafter, for rounds that copy.
 #![forbid(unsafe_code)]
 
 pub mod acceptance;
@@ -15,21 +16,25 @@ pub mod block_size;
 pub mod drafter;
 pub mod fallback;
 pub mod finish;
+pub mod hybrid;
 pub mod ids;
 pub mod ngram;
+#[cfg(test)]
+mod poll_once;
 pub mod round_loop;
 pub mod sampling;
 pub mod stats;
 pub mod stop;
 pub mod verifier;
 
-pub use acceptance::{accept_drafts, Accepted};
+pub use acceptance::{accept_drafts, accept_with_targets, Accepted};
 pub use block_size::{
     load_block_cap, BlockSizeConfig, BlockSizeController, GovernedRound, SpeculationGovernor,
 };
 pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 pub use fallback::{DrafterFallback, FallbackCause};
 pub use finish::FinishReason;
+pub use hybrid::HybridDrafter;
 pub use ids::{SeqId, SessionId};
 pub use ngram::{NgramConfig, NgramDrafter};
 pub use round_loop::{

@@ -12,6 +12,7 @@ mod servers;
 mod split;
 mod sweep;
 mod timing;
+mod ttft;
 mod wire;
 
 use std::path::PathBuf;
@@ -20,8 +21,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
+use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::{BlockSizeConfig, NgramConfig};
-use specd_drafter::{DraftModelEngine, MtpEngine};
+use specd_drafter::{DraftModelEngine, MtpEngine, DEFAULT_DRAFT_VOCAB};
 use specd_router::DraftSource;
 use specd_verifier::{Gemma4Target, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
 
@@ -51,10 +53,16 @@ pub struct BenchArgs {
     /// Tokens generated per prompt (end-of-sequence is ignored, so every mode emits as many).
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Prompts, one per line (token ids as `2,17,301` for a target without tokenizer).
+    /// Prompts, one per line (token ids as `2,17,301` for a target without tokenizer); a line
+    /// `KIND<TAB>TEXT` gives the prompt a kind and may write newlines as `\n`, any other line
+    /// is of kind `file`.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
-    /// A single prompt as comma-separated token ids.
+    /// Prompt kinds to run, e.g. code,prose,edit (default: every kind of the built-in set or
+    /// of --prompts); results are also given per kind.
+    #[arg(long, value_delimiter = ',', conflicts_with = "prompt_ids")]
+    pub kinds: Vec<String>,
+    /// A single prompt as comma-separated token ids (kind `ids`).
     #[arg(long, value_delimiter = ',', conflicts_with = "prompts")]
     pub prompt_ids: Option<Vec<u32>>,
     /// Times every prompt is generated in every mode.
@@ -81,6 +89,10 @@ pub struct BenchArgs {
     /// and request latency p50/p99.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=256))]
     pub concurrency: Option<Vec<u64>>,
+    /// With --sweep and a draft model: the time to the first token of a prompt of this many
+    /// tokens (the built-in prompts' text repeated), plain against speculative (0: skipped).
+    #[arg(long, default_value_t = 0)]
+    pub ttft_tokens: usize,
     /// Requests per worker at each concurrency level.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub load_waves: u64,
@@ -121,25 +133,30 @@ type Encode<'a> = &'a dyn Fn(&str) -> Result<Vec<u32>>;
 fn load_prompts(args: &BenchArgs, encode: Option<Encode<'_>>) -> Result<Vec<Prompt>> {
     if let Some(ids) = &args.prompt_ids {
         return Ok(vec![Prompt {
+            kind: prompts::IDS.into(),
             label: "prompt-ids".into(),
             ids: ids.clone(),
         }]);
     }
-    let texts = prompts::texts(args.prompts.as_deref())?;
+    let texts = prompts::texts(args.prompts.as_deref(), &args.kinds)?;
     texts
         .into_iter()
         .enumerate()
-        .map(|(i, text)| {
+        .map(|(i, prompts::PromptText { kind, text })| {
             let ids = match encode {
                 Some(encode) => encode(&text)?,
                 None if args.prompts.is_some() => {
-                    prompts::parse_ids(&text, &format!("prompts line {}", i + 1))?
+                    prompts::parse_ids(&text, &format!("prompt {}", i + 1))?
                 }
                 None => bail!(
                     "the target has no tokenizer: give --prompt-ids or --prompts with token ids"
                 ),
             };
-            Ok(Prompt { label: text, ids })
+            Ok(Prompt {
+                kind,
+                label: text,
+                ids,
+            })
         })
         .collect()
 }
@@ -167,19 +184,23 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
     );
     let draft = args.draft.unwrap_or(EmbeddedDraft::Mtp);
     let (embedded, split) = match draft {
-        EmbeddedDraft::Mtp => {
+        EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid => {
             let dir = drafter_path(args)?;
-            let embedded = embedded_mtp::load(dir, &args.target, dtype, &device)
-                .with_context(|| format!("loading the drafter from {}", dir.display()))?;
+            let embedded = Box::new(
+                embedded_mtp::load(dir, &args.target, dtype, &device)
+                    .with_context(|| format!("loading the drafter from {}", dir.display()))?,
+            );
             let split = if args.no_split {
                 None
             } else {
                 let engine = MtpEngine::load(dir, &args.target, dtype, &device)?;
-                Some(DraftSource::Remote(vec![servers::drafter(Arc::new(
-                    engine,
-                ))?]))
+                Some(service_source(draft, servers::drafter(Arc::new(engine))?))
             };
-            (EmbeddedDrafter::Mtp(Box::new(embedded)), split)
+            let embedded = match draft {
+                EmbeddedDraft::Hybrid => EmbeddedDrafter::HybridMtp(embedded),
+                _ => EmbeddedDrafter::Mtp(embedded),
+            };
+            (embedded, split)
         }
         EmbeddedDraft::Ngram => (
             EmbeddedDrafter::Ngram,
@@ -211,19 +232,23 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
     }
     let draft = args.draft.unwrap_or(EmbeddedDraft::DraftModel);
     let (embedded, split) = match draft {
-        EmbeddedDraft::DraftModel => {
+        EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
             let path = drafter_path(args)?;
-            let embedded = embedded_draft_model::load(path, &device, vocab)
-                .with_context(|| format!("loading the drafter from {}", path.display()))?;
+            let embedded = Box::new(
+                embedded_draft_model::load(path, &device, vocab, DEFAULT_DRAFT_VOCAB)
+                    .with_context(|| format!("loading the drafter from {}", path.display()))?,
+            );
             let split = if args.no_split {
                 None
             } else {
                 let engine = DraftModelEngine::load(path, &device, 16)?;
-                Some(DraftSource::Remote(vec![servers::drafter(Arc::new(
-                    engine,
-                ))?]))
+                Some(service_source(draft, servers::drafter(Arc::new(engine))?))
             };
-            (EmbeddedDrafter::DraftModel(Box::new(embedded)), split)
+            let embedded = match draft {
+                EmbeddedDraft::Hybrid => EmbeddedDrafter::HybridDraftModel(embedded),
+                _ => EmbeddedDrafter::DraftModel(embedded),
+            };
+            (embedded, split)
         }
         EmbeddedDraft::Ngram => (
             EmbeddedDrafter::Ngram,
@@ -237,13 +262,23 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         }
         None => {
             prompts::check_vocab(&prompts, vocab)?;
-            let draft_model = match &embedded {
-                EmbeddedDrafter::DraftModel(dm) => Some(dm.engine().model()),
-                _ => None,
-            };
+            let draft_model = embedded.draft_model().map(|dm| dm.engine().model());
             let engine = engine::measure_gguf(&target, draft_model, &text, &prompts[0].ids)?;
             bench_pair(args, target, prompts, embedded, split, engine).await
         }
+    }
+}
+
+/// The split modes' drafting over the drafter service at `url`: behind the router's prompt
+/// lookup for `--draft hybrid`.
+fn service_source(draft: EmbeddedDraft, url: String) -> DraftSource {
+    match draft {
+        EmbeddedDraft::Hybrid => DraftSource::Hybrid {
+            urls: vec![url],
+            dns: None,
+            lookup: HYBRID_LOOKUP,
+        },
+        _ => DraftSource::Remote(vec![url]),
     }
 }
 
@@ -279,17 +314,32 @@ async fn sweep_gguf(
     for draft in drafts {
         let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
         let (name, embedded) = match draft {
-            EmbeddedDraft::DraftModel => {
+            EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
                 let path = drafter_path(args)?;
-                let dm = embedded_draft_model::load(path, &device, target.vocab_size())
-                    .with_context(|| format!("loading the drafter from {}", path.display()))?;
-                draft_step = Some(costs::measure_draft_model(
-                    dm.engine().model(),
-                    context,
-                    COST_REPS * 2,
-                )?);
-                engine = engine::measure_gguf(&target, Some(dm.engine().model()), text, context)?;
-                ("draft-model", EmbeddedDrafter::DraftModel(Box::new(dm)))
+                let dm = embedded_draft_model::load(
+                    path,
+                    &device,
+                    target.vocab_size(),
+                    DEFAULT_DRAFT_VOCAB,
+                )
+                .with_context(|| format!("loading the drafter from {}", path.display()))?;
+                // One measurement of the draft model serves both of its sweep drafters.
+                if draft_step.is_none() {
+                    draft_step = Some(costs::measure_draft_model(
+                        dm.engine().model(),
+                        dm.engine().draft_vocab(),
+                        context,
+                        COST_REPS * 2,
+                    )?);
+                    engine =
+                        engine::measure_gguf(&target, Some(dm.engine().model()), text, context)?;
+                }
+                match draft {
+                    EmbeddedDraft::Hybrid => {
+                        ("hybrid", EmbeddedDrafter::HybridDraftModel(Box::new(dm)))
+                    }
+                    _ => ("draft-model", EmbeddedDrafter::DraftModel(Box::new(dm))),
+                }
             }
             EmbeddedDraft::Ngram => ("ngram", EmbeddedDrafter::Ngram),
             EmbeddedDraft::Mtp => bail!("sweep-drafts: mtp needs a Gemma 4 target directory"),
@@ -308,7 +358,12 @@ async fn sweep_gguf(
         *a = (*a + b) / 2;
     }
     let costs = costs::StepCosts { verify, draft_step };
-    let draft_costs = [("draft-model", costs.draft_cost()), ("ngram", 0.0)];
+    // A hybrid round costs a draft-model round or nothing: its cost is an upper bound.
+    let draft_costs = [
+        ("draft-model", costs.draft_cost()),
+        ("ngram", 0.0),
+        ("hybrid", costs.draft_cost()),
+    ];
     let eos = target.eos_token_ids();
     // The adaptive row: the cost-aware policy up to the sweep's largest block size, from the
     // usual trained depth of 4.
@@ -327,8 +382,20 @@ async fn sweep_gguf(
         .iter()
         .map(|p| text.render_chat(&p.label).unwrap_or_default())
         .collect();
+    let ttft = match (args.ttft_tokens, &args.drafter) {
+        (0, _) | (_, None) => None,
+        (tokens, Some(path)) => {
+            let long = prompts::long_prompt(&|s| text.encode_raw(s), tokens)?;
+            let dm =
+                embedded_draft_model::load(path, &device, target.vocab_size(), DEFAULT_DRAFT_VOCAB)
+                    .with_context(|| format!("loading the drafter from {}", path.display()))?;
+            let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
+            Some(ttft::measure(&verifier, &dm, &long, TTFT_REPS).await?)
+        }
+    };
     if args.json {
         let mut out = sweep::json(&result, &costs, &draft_costs, &prompts, &texts, text);
+        out["ttft"] = json!(ttft.as_ref().map(ttft::TtftReport::json));
         out["target"] = json!(args.target.display().to_string());
         out["drafter"] = json!(args.drafter.as_ref().map(|p| p.display().to_string()));
         out["max_tokens"] = json!(args.max_tokens);
@@ -352,6 +419,10 @@ async fn sweep_gguf(
              geo = (1-a^(K+1))/(1-a) / (K c_draft + c_verify(K+1)); pos = tok/rd / cost"
         );
         print!("{}", sweep::table(&result, &costs, &draft_costs));
+        print!("{}", sweep::kinds_table(&result, &prompts));
+        if let Some(ttft) = &ttft {
+            println!("{}", ttft.line());
+        }
         if !result.mismatches.is_empty() {
             println!(
                 "{} speculative generation(s) differ from plain: see MISMATCH lines",
@@ -368,6 +439,9 @@ async fn sweep_gguf(
         )
     }
 }
+
+/// Repetitions of each mode's time to first token (the median is reported).
+const TTFT_REPS: usize = 2;
 
 /// Tokens of the unmeasured warm-up generation of each mode.
 const WARMUP_TOKENS: usize = 8;
@@ -486,6 +560,7 @@ async fn bench_pair<T: TargetModel>(
             "prompts": prompts.len(),
             "runs": args.runs,
             "modes": modes.iter().map(|m| report::mode_json(m, base)).collect::<Vec<_>>(),
+            "per_kind": report::kinds_json(&modes, &prompts),
             "wire": wire.as_ref().map(|w| w.iter().map(wire::WireRow::json).collect::<Vec<_>>()),
             "engine": engine.as_ref().map(EngineReport::json),
         });
@@ -499,6 +574,7 @@ async fn bench_pair<T: TargetModel>(
         );
         println!("latencies in ms; ratio is to plain (embedded); 'other' = round - draft - verify");
         print!("{}", report::table(&modes));
+        print!("{}", report::kinds_table(&modes, &prompts));
         if let Some(wire) = &wire {
             println!();
             print!("{}", wire::table(wire));

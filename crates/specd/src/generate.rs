@@ -3,14 +3,16 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
-    BlockSizeConfig, Detokenizer, Event, EventSink, GenerationRequest, NgramDrafter,
-    RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats, StopConditions,
+    BlockSizeConfig, Detokenizer, Drafter, Event, EventSink, GenerationRequest, HybridDrafter,
+    NgramDrafter, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats,
+    StopConditions,
 };
 use specd_models::ModelSource;
 use specd_verifier::{
@@ -19,6 +21,7 @@ use specd_verifier::{
 
 use crate::device::{DTypeArg, DeviceArg};
 use crate::embedded_drafter::EmbeddedDrafter;
+use crate::speed::{DecodeSpeed, ProbedVerifier};
 use crate::text::{GgufText, NoText, TextTokenizer};
 use crate::{embedded_draft_model, embedded_mtp};
 
@@ -61,11 +64,17 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub no_draft: bool,
     /// Draft in this process: `ngram` looks the continuation up in the prompt and output;
-    /// `mtp` runs the Gemma 4 assistant given by --drafter.
+    /// `mtp` runs the Gemma 4 assistant given by --drafter, `draft-model` the GGUF draft
+    /// model; `hybrid` looks up first and runs --drafter only when the lookup finds no long
+    /// match.
     #[arg(long, value_enum, conflicts_with = "no_draft")]
     pub draft: Option<EmbeddedDraft>,
-    /// Drafter: a Gemma 4 assistant directory (--draft mtp) or a GGUF file (--draft draft-model).
-    #[arg(long, required_if_eq_any([("draft", "mtp"), ("draft", "draft-model")]))]
+    /// Drafter: a Gemma 4 assistant directory (--draft mtp) or a GGUF file (--draft
+    /// draft-model); with --draft hybrid, the one that fits the target.
+    #[arg(
+        long,
+        required_if_eq_any([("draft", "mtp"), ("draft", "draft-model"), ("draft", "hybrid")])
+    )]
     pub drafter: Option<PathBuf>,
     /// Verify block size while drafting: the bonus token plus up to block_size - 1 drafts,
     /// every round. Without it: up to 4, cost-aware (smaller blocks or plain rounds while
@@ -75,6 +84,10 @@ pub struct GenerateArgs {
     /// Without --block-size: always verify blocks of 4, even while drafting does not pay.
     #[arg(long)]
     pub no_auto_speculation: bool,
+    /// A GGUF draft model proposes only token ids below this (its LM head reads only their
+    /// rows); 0: the whole vocabulary.
+    #[arg(long, default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
+    pub draft_vocab: usize,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -93,6 +106,9 @@ pub enum EmbeddedDraft {
     Mtp,
     /// An independent small LM (a GGUF sharing the target's vocabulary).
     DraftModel,
+    /// Prompt lookup while the output copies earlier text (a match of 4 tokens or more),
+    /// the --drafter model (draft model or MTP assistant) for the other rounds.
+    Hybrid,
 }
 
 /// Prints text as it arrives and keeps every token.
@@ -101,6 +117,23 @@ struct PrintSink {
     tokens: Vec<u32>,
     text: String,
     finish: Option<specd_core::Finish>,
+    /// When the first and the last tokens arrived.
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
+}
+
+impl PrintSink {
+    fn speed(&self, plain_step: Option<Duration>) -> DecodeSpeed {
+        let time = match (self.first_at, self.last_at) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        };
+        DecodeSpeed {
+            tokens: self.tokens.len().saturating_sub(1),
+            time,
+            plain_step,
+        }
+    }
 }
 
 impl EventSink for PrintSink {
@@ -110,6 +143,9 @@ impl EventSink for PrintSink {
     ) -> impl std::future::Future<Output = Result<(), SinkClosed>> + Send {
         match event {
             Event::Tokens(delta) => {
+                let now = Instant::now();
+                self.first_at.get_or_insert(now);
+                self.last_at = Some(now);
                 self.tokens.extend_from_slice(&delta.tokens);
                 if self.stream {
                     let mut out = std::io::stdout().lock();
@@ -204,16 +240,18 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
         (Some(EmbeddedDraft::Mtp), _) => {
             bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
         }
-        (Some(EmbeddedDraft::DraftModel), Some(path)) => Some(
-            embedded_draft_model::load(path, &device, vocab)
+        (Some(EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid), Some(path)) => Some(
+            embedded_draft_model::load(path, &device, vocab, args.draft_vocab)
                 .with_context(|| format!("loading the drafter from {}", path.display()))?,
         ),
         _ => None,
     };
-    let drafter = match &choice {
-        Some(d) => DrafterChoice::DraftModel(d),
-        None if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
-        None => DrafterChoice::None,
+    let (choice, hybrid) = behind_lookup(args.draft, choice);
+    let drafter = match (&choice, &hybrid) {
+        (Some(d), _) => DrafterChoice::DraftModel(d),
+        (None, Some(h)) => DrafterChoice::HybridDraftModel(h),
+        (None, None) if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
+        (None, None) => DrafterChoice::None,
     };
     generate_with(&args, &verifier, prompt_ids, &text, true, drafter)
 }
@@ -233,7 +271,7 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
     let mtp = match (args.draft, &args.drafter) {
-        (Some(EmbeddedDraft::Mtp), Some(dir)) => Some(
+        (Some(EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid), Some(dir)) => Some(
             embedded_mtp::load(dir, &args.target, args.dtype.dtype(), &device)
                 .with_context(|| format!("loading the drafter from {}", dir.display()))?,
         ),
@@ -242,10 +280,12 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
         }
         _ => None,
     };
-    let drafter = match &mtp {
-        Some(m) => DrafterChoice::Mtp(m),
-        None if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
-        None => DrafterChoice::None,
+    let (mtp, hybrid) = behind_lookup(args.draft, mtp);
+    let drafter = match (&mtp, &hybrid) {
+        (Some(m), _) => DrafterChoice::Mtp(m),
+        (None, Some(h)) => DrafterChoice::HybridMtp(h),
+        (None, None) if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
+        (None, None) => DrafterChoice::None,
     };
     let has_text = tokenizer.is_some();
     let detokenizer: Box<dyn Detokenizer> = match tokenizer {
@@ -262,11 +302,26 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
     )
 }
 
+/// A loaded drafter as `--draft` wants it: alone, or (`hybrid`) behind prompt lookup.
+fn behind_lookup<D: Drafter>(
+    draft: Option<EmbeddedDraft>,
+    loaded: Option<D>,
+) -> (Option<D>, Option<HybridDrafter<D>>) {
+    match (draft, loaded) {
+        (Some(EmbeddedDraft::Hybrid), Some(inner)) => {
+            (None, Some(HybridDrafter::with_default_lookup(inner)))
+        }
+        (_, loaded) => (loaded, None),
+    }
+}
+
 enum DrafterChoice<'a> {
     None,
     Ngram,
     Mtp(&'a EmbeddedDrafter<specd_drafter::MtpEngine>),
     DraftModel(&'a EmbeddedDrafter<specd_drafter::DraftModelEngine>),
+    HybridMtp(&'a HybridDrafter<EmbeddedDrafter<specd_drafter::MtpEngine>>),
+    HybridDraftModel(&'a HybridDrafter<EmbeddedDrafter<specd_drafter::DraftModelEngine>>),
 }
 
 fn generate_with<T: TargetModel>(
@@ -313,7 +368,13 @@ fn generate_with<T: TargetModel>(
         tokens: Vec::new(),
         text: String::new(),
         finish: None,
+        first_at: None,
+        last_at: None,
     };
+    // A speculative run ends with its speed-up over plain decoding, estimated from a few
+    // plain steps timed on the finished sequence.
+    let probed = ProbedVerifier::new(verifier, !matches!(drafter, DrafterChoice::None));
+    let verifier = &probed;
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let control = RequestControl::default();
     let finish = match drafter {
@@ -322,6 +383,12 @@ fn generate_with<T: TargetModel>(
         ),
         DrafterChoice::DraftModel(dm) => runtime.block_on(
             RoundLoop::new(verifier, Some(dm), detokenizer).run(request, &mut sink, &control),
+        ),
+        DrafterChoice::HybridMtp(hybrid) => runtime.block_on(
+            RoundLoop::new(verifier, Some(hybrid), detokenizer).run(request, &mut sink, &control),
+        ),
+        DrafterChoice::HybridDraftModel(hybrid) => runtime.block_on(
+            RoundLoop::new(verifier, Some(hybrid), detokenizer).run(request, &mut sink, &control),
         ),
         DrafterChoice::Ngram => {
             let ngram = NgramDrafter::<TargetCarry>::default();
@@ -334,11 +401,13 @@ fn generate_with<T: TargetModel>(
             .block_on(RoundLoop::plain(verifier, detokenizer).run(request, &mut sink, &control)),
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let speed = sink.speed(probed.plain_step());
     if args.json {
         let mut out = json!({
             "tokens": sink.tokens,
             "finish_reason": finish.reason.as_str(),
             "stats": stats_json(&finish.stats),
+            "speed": speed.json(),
         });
         if has_text {
             out["text"] = json!(sink.text);
@@ -347,6 +416,9 @@ fn generate_with<T: TargetModel>(
     } else {
         println!();
         if let Some(line) = finish.stats.format() {
+            eprintln!("{line}");
+        }
+        if let Some(line) = speed.line() {
             eprintln!("{line}");
         }
     }

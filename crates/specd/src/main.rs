@@ -9,6 +9,7 @@ mod embedded_mtp;
 mod generate;
 mod health;
 mod serve;
+mod speed;
 mod text;
 
 use clap::{Parser, Subcommand};

@@ -1,5 +1,5 @@
-//! `specd generate --draft ngram|mtp` in embedded mode prints the tokens `--no-draft` prints,
-//! for every block size, greedy and seeded.
+//! `specd generate --draft ngram|mtp|hybrid` in embedded mode prints the tokens `--no-draft`
+//! prints, for every block size, greedy and seeded.
 
 mod common;
 
@@ -83,6 +83,28 @@ fn mtp_drafting_prints_the_plain_tokens() {
     let drafter = drafter.to_str().unwrap();
     let (drafted, _) = assert_lossless(&["--draft", "mtp", "--drafter", drafter]);
     assert!(drafted > 0);
+}
+
+#[test]
+fn hybrid_drafting_prints_the_plain_tokens() {
+    // Lookup drafts the rounds that repeat the prompt, the assistant the others.
+    let drafter = fixture("assistant-dense");
+    let drafter = drafter.to_str().unwrap();
+    let (drafted, accepted) = assert_lossless(&["--draft", "hybrid", "--drafter", drafter]);
+    assert!(drafted > 0);
+    assert!(accepted > 0);
+}
+
+#[test]
+fn hybrid_needs_a_drafter() {
+    let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+        .args(["generate", "--target"])
+        .arg(target())
+        .args(["--prompt-ids", "2,3", "--draft", "hybrid"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--drafter"));
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Where a request's drafts come from: nowhere, the in-process n-gram drafter, or a pool of
-//! drafter services.
+//! Where a request's drafts come from: nowhere, the in-process n-gram drafter, a pool of
+//! drafter services, or that pool behind the n-gram lookup (hybrid).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -31,6 +31,14 @@ pub enum DraftSource {
     /// Drafter services at these URLs plus every address a DNS name resolves to, resolved
     /// again periodically (a Kubernetes headless service).
     Discovered { urls: Vec<String>, dns: DrafterDns },
+    /// Prompt lookup in the router for rounds whose context repeats earlier text (a match of
+    /// at least `lookup.min_ngram` tokens), the drafter services at `urls` and behind `dns`
+    /// for the others.
+    Hybrid {
+        urls: Vec<String>,
+        dns: Option<DrafterDns>,
+        lookup: NgramConfig,
+    },
 }
 
 /// A DNS name whose addresses are drafter services.
@@ -95,6 +103,12 @@ pub enum Drafters {
     None,
     Ngram(Arc<NgramDrafter<WireCarry>>),
     Remote(Arc<DrafterPool>),
+    /// The pool behind the lookup of `lookup`'s settings; `lookup` alone drafts for requests
+    /// that find no drafter in the pool.
+    Hybrid {
+        pool: Arc<DrafterPool>,
+        lookup: Arc<NgramDrafter<WireCarry>>,
+    },
 }
 
 /// A drafter URL, DNS name or n-gram setting is invalid.
@@ -106,6 +120,8 @@ pub enum DrafterSetupError {
     Dns { name: String, reason: String },
     #[error(transparent)]
     Ngram(#[from] specd_core::ngram::NgramConfigError),
+    #[error("hybrid drafting needs drafter services: give drafter urls or a drafter dns name")]
+    HybridWithoutDrafters,
 }
 
 impl Drafters {
@@ -115,22 +131,52 @@ impl Drafters {
         Ok(match source {
             DraftSource::None => Drafters::None,
             DraftSource::Ngram(config) => Drafters::Ngram(Arc::new(NgramDrafter::new(*config)?)),
-            DraftSource::Remote(urls) => {
-                Drafters::Remote(Arc::new(DrafterPool::new(urls, limits)?))
-            }
+            DraftSource::Remote(urls) => Drafters::Remote(pool_of(urls, None, limits)?),
             DraftSource::Discovered { urls, dns } => {
-                if dns.name.rsplit_once(':').is_none() {
-                    return Err(DrafterSetupError::Dns {
-                        name: dns.name.clone(),
-                        reason: "expected host:port".into(),
-                    });
+                Drafters::Remote(pool_of(urls, Some(dns), limits)?)
+            }
+            DraftSource::Hybrid { urls, dns, lookup } => {
+                if urls.is_empty() && dns.is_none() {
+                    return Err(DrafterSetupError::HybridWithoutDrafters);
                 }
-                let pool = Arc::new(DrafterPool::new(urls, limits)?);
-                tokio::spawn(resolve_periodically(Arc::downgrade(&pool), dns.clone()));
-                Drafters::Remote(pool)
+                let lookup = Arc::new(NgramDrafter::new(*lookup)?);
+                Drafters::Hybrid {
+                    pool: pool_of(urls, dns.as_ref(), limits)?,
+                    lookup,
+                }
             }
         })
     }
+
+    /// The pool of drafter services, if drafts come from one.
+    pub fn pool(&self) -> Option<&Arc<DrafterPool>> {
+        match self {
+            Drafters::Remote(pool) | Drafters::Hybrid { pool, .. } => Some(pool),
+            Drafters::None | Drafters::Ngram(_) => None,
+        }
+    }
+}
+
+/// The drafters at `urls`, plus those `dns` resolves to from now on, for as long as the pool
+/// lives.
+fn pool_of(
+    urls: &[String],
+    dns: Option<&DrafterDns>,
+    limits: &MessageLimits,
+) -> Result<Arc<DrafterPool>, DrafterSetupError> {
+    if let Some(dns) = dns {
+        if dns.name.rsplit_once(':').is_none() {
+            return Err(DrafterSetupError::Dns {
+                name: dns.name.clone(),
+                reason: "expected host:port".into(),
+            });
+        }
+    }
+    let pool = Arc::new(DrafterPool::new(urls, limits)?);
+    if let Some(dns) = dns {
+        tokio::spawn(resolve_periodically(Arc::downgrade(&pool), dns.clone()));
+    }
+    Ok(pool)
 }
 
 impl DrafterPool {
@@ -396,6 +442,56 @@ mod tests {
             pool.urls(),
             ["http://10.0.0.1:50052", "http://10.0.0.3:50052"]
         );
+    }
+
+    #[tokio::test]
+    async fn hybrid_sets_up_the_pool_and_the_lookup() {
+        let limits = MessageLimits::default();
+        let lookup = specd_core::hybrid::HYBRID_LOOKUP;
+        let source = DraftSource::Hybrid {
+            urls: vec!["http://10.0.0.1:50052".into()],
+            dns: None,
+            lookup,
+        };
+        let drafters = Drafters::new(&source, &limits).unwrap();
+        let Drafters::Hybrid {
+            pool,
+            lookup: ngram,
+        } = &drafters
+        else {
+            panic!("not hybrid");
+        };
+        assert_eq!(pool.urls(), ["http://10.0.0.1:50052"]);
+        assert_eq!(ngram.config(), lookup);
+        assert!(drafters.pool().is_some());
+
+        let none = DraftSource::Hybrid {
+            urls: Vec::new(),
+            dns: None,
+            lookup,
+        };
+        let err = Drafters::new(&none, &limits).err().unwrap();
+        assert!(matches!(err, DrafterSetupError::HybridWithoutDrafters));
+        let bad_dns = DraftSource::Hybrid {
+            urls: Vec::new(),
+            dns: Some(DrafterDns {
+                name: "drafters".into(),
+                refresh: Duration::from_secs(1),
+            }),
+            lookup,
+        };
+        let err = Drafters::new(&bad_dns, &limits).err().unwrap();
+        assert!(err.to_string().contains("host:port"), "{err}");
+        let bad_lookup = DraftSource::Hybrid {
+            urls: vec!["http://10.0.0.1:50052".into()],
+            dns: None,
+            lookup: NgramConfig {
+                min_ngram: 0,
+                max_ngram: 4,
+            },
+        };
+        let err = Drafters::new(&bad_lookup, &limits).err().unwrap();
+        assert!(err.to_string().contains("min_ngram"), "{err}");
     }
 
     #[tokio::test]

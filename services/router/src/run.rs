@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specd_core::{
-    BlockSizeConfig, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop,
-    RoundLoopError, SeqId, SessionId, StopConditions,
+    BlockSizeConfig, EventSink, Finish, GenerationRequest, HybridDrafter, RequestControl,
+    RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
 };
 use specd_wire::drafter::DrafterKind;
 use specd_wire::verifier::VerifierClient;
@@ -51,10 +51,7 @@ impl RouterState {
         text: Arc<TargetText>,
     ) -> Self {
         let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
-        let drafter_parallelism = match &drafters {
-            Drafters::Remote(pool) => pool.size(),
-            Drafters::None | Drafters::Ngram(_) => 0,
-        };
+        let drafter_parallelism = drafters.pool().map_or(0, |pool| pool.size());
         let admission = Arc::new(Admission::new(
             config.max_concurrent_requests,
             config.max_batch_tokens,
@@ -132,30 +129,52 @@ impl RouterState {
                     .run(request(block), sink, control)
                     .await
             }
-            (Drafters::Remote(pool), true) => match self.pick_drafter(pool).await {
-                Some(lease) => {
-                    let info = lease.info();
-                    let depth = info.max_draft_tokens + 1;
-                    block.requested = block.requested.min(depth);
-                    block.configured = block.configured.min(depth);
-                    options.with_mtp_state = info.kind == DrafterKind::Mtp;
-                    let verifier = RemoteSequence::new(self.verifier.clone(), options);
-                    let session = RemoteSession::new(
-                        pool.clone(),
-                        lease,
-                        &verifier,
-                        scope.deadline,
-                        scope.resyncs.clone(),
-                    );
-                    RoundLoop::new(&verifier, Some(&session), text)
-                        .run(request(block), sink, control)
-                        .await
+            (Drafters::Remote(pool) | Drafters::Hybrid { pool, .. }, true) => {
+                match self.pick_drafter(pool).await {
+                    Some(lease) => {
+                        let info = lease.info();
+                        let depth = info.max_draft_tokens + 1;
+                        block.requested = block.requested.min(depth);
+                        block.configured = block.configured.min(depth);
+                        options.with_mtp_state = info.kind == DrafterKind::Mtp;
+                        let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                        let session = RemoteSession::new(
+                            pool.clone(),
+                            lease,
+                            &verifier,
+                            scope.deadline,
+                            scope.resyncs.clone(),
+                        );
+                        match &self.drafters {
+                            Drafters::Hybrid { lookup, .. } => {
+                                let hybrid = HybridDrafter::new(session, lookup.config())
+                                    .map_err(|e| Status::internal(e.to_string()))?;
+                                RoundLoop::new(&verifier, Some(&hybrid), text)
+                                    .run(request(block), sink, control)
+                                    .await
+                            }
+                            _ => {
+                                RoundLoop::new(&verifier, Some(&session), text)
+                                    .run(request(block), sink, control)
+                                    .await
+                            }
+                        }
+                    }
+                    // With no drafter to be had, a hybrid request still has the lookup.
+                    None => match &self.drafters {
+                        Drafters::Hybrid { lookup, .. } => {
+                            let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                            RoundLoop::new(&verifier, Some(&**lookup), text)
+                                .run(request(block), sink, control)
+                                .await
+                        }
+                        _ => {
+                            self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
+                                .await
+                        }
+                    },
                 }
-                None => {
-                    self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
-                        .await
-                }
-            },
+            }
             _ => {
                 self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
                     .await

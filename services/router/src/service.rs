@@ -91,7 +91,7 @@ impl GenerationService {
             warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
         }
         let drafters = Drafters::new(source, &config.limits)?;
-        if let Drafters::Remote(pool) = &drafters {
+        if let Some(pool) = drafters.pool() {
             pool.expect_vocab(limits.vocab_size);
         }
         Ok(Self {

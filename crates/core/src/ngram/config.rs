@@ -1,15 +1,24 @@
-//! Settings of the n-gram drafter and their validation.
+//! Settings of the n-gram drafter, their validation, and the draft-length rule they define.
 
-/// Largest `max_ngram` accepted. Longer keys cost hashing on every appended token and rarely
-/// find more than a shorter key already does.
-pub const NGRAM_LIMIT: usize = 16;
+/// Largest `max_ngram` accepted. The ramp reaches every block size in use long before it, so
+/// a larger value can only be a mistake.
+pub const NGRAM_LIMIT: usize = 64;
 
-/// Which suffix lengths the drafter tries, longest first.
+/// How long a match must be to draft, and how many drafts a match of a given length earns.
+///
+/// The drafter finds the longest suffix of the context that occurred earlier, whatever its
+/// length; these settings only turn that length `m` into a number of drafts:
+///
+/// * `m < min_ngram`: none;
+/// * `min_ngram <= m < max_ngram`: up to `m` (a short match is often a coincidence, so it
+///   is trusted about as far ahead as it reaches back);
+/// * `m >= max_ngram`: the full count the round asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NgramConfig {
-    /// Shortest suffix n-gram that may produce drafts (at least 1).
+    /// Shortest match that may produce drafts (at least 1).
     pub min_ngram: usize,
-    /// Longest suffix n-gram tried first (at least `min_ngram`, at most [`NGRAM_LIMIT`]).
+    /// Match length from which the full count is drafted (at least `min_ngram`, at most
+    /// [`NGRAM_LIMIT`]).
     pub max_ngram: usize,
 }
 
@@ -40,18 +49,25 @@ impl NgramConfig {
         Ok(())
     }
 
-    /// Suffix lengths in the order they are tried.
-    pub(crate) fn lengths_longest_first(&self) -> impl Iterator<Item = usize> {
-        (self.min_ngram..=self.max_ngram).rev()
+    /// Drafts a match of `match_len` tokens may propose when the round wants `count`.
+    pub fn draft_limit(&self, match_len: usize, count: usize) -> usize {
+        if match_len < self.min_ngram {
+            0
+        } else if match_len >= self.max_ngram {
+            count
+        } else {
+            count.min(match_len)
+        }
     }
 }
 
 impl Default for NgramConfig {
-    /// Suffixes of 3, 2 and 1 tokens, as prompt-lookup decoding commonly uses.
+    /// Any match may draft; a match of `m < 8` tokens drafts at most `m`, a longer one the
+    /// full count.
     fn default() -> Self {
         Self {
             min_ngram: 1,
-            max_ngram: 3,
+            max_ngram: 8,
         }
     }
 }
@@ -79,8 +95,8 @@ mod tests {
 
     #[test]
     fn accepts_valid_settings() {
-        assert_eq!(NgramConfig::default(), config(1, 3));
-        for (min, max) in [(1, 1), (1, 3), (2, 5), (NGRAM_LIMIT, NGRAM_LIMIT)] {
+        assert_eq!(NgramConfig::default(), config(1, 8));
+        for (min, max) in [(1, 1), (1, 3), (2, 5), (4, 8), (NGRAM_LIMIT, NGRAM_LIMIT)] {
             assert!(config(min, max).validate().is_ok(), "({min}, {max})");
         }
     }
@@ -100,8 +116,16 @@ mod tests {
     }
 
     #[test]
-    fn lengths_are_tried_longest_first() {
-        let lengths: Vec<usize> = config(2, 4).lengths_longest_first().collect();
-        assert_eq!(lengths, [4, 3, 2]);
+    fn draft_length_grows_with_the_match() {
+        let ramp = config(2, 5);
+        let limits: Vec<usize> = (0..=7).map(|m| ramp.draft_limit(m, 6)).collect();
+        // Too short, then as long as the match, then the full count from max_ngram on.
+        assert_eq!(limits, [0, 0, 2, 3, 4, 6, 6, 6]);
+        // Never more than the round asks for.
+        assert_eq!(ramp.draft_limit(3, 1), 1);
+        assert_eq!(ramp.draft_limit(9, 0), 0);
+        // min_ngram == max_ngram: all or nothing.
+        assert_eq!(config(3, 3).draft_limit(2, 8), 0);
+        assert_eq!(config(3, 3).draft_limit(3, 8), 8);
     }
 }

@@ -1,4 +1,4 @@
-//! The n-gram drafter: one [`NgramIndex`] per open session, behind the [`Drafter`] trait.
+//! The n-gram drafter: one [`SuffixIndex`] per open session, behind the [`Drafter`] trait.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -9,7 +9,7 @@ use tracing::trace;
 
 use super::config::{NgramConfig, NgramConfigError};
 use super::error::NgramDrafterError;
-use super::index::NgramIndex;
+use super::index::SuffixIndex;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
 
@@ -20,7 +20,7 @@ use crate::ids::SessionId;
 /// prompt is indexed without holding up the other sessions.
 pub struct NgramDrafter<C> {
     config: NgramConfig,
-    sessions: Mutex<HashMap<SessionId, Arc<Mutex<NgramIndex>>>>,
+    sessions: Mutex<HashMap<SessionId, Arc<Mutex<SuffixIndex>>>>,
     carry: PhantomData<fn() -> C>,
 }
 
@@ -51,12 +51,12 @@ impl<C> NgramDrafter<C> {
 
     /// The session table. A panic while it was held cannot leave it half-updated (every
     /// change is one insert or remove), so a poisoned lock is still usable.
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Mutex<NgramIndex>>>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Mutex<SuffixIndex>>>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn open_now(&self, session: SessionId, prompt_ids: &[u32]) -> Result<(), NgramDrafterError> {
-        let mut index = NgramIndex::new(self.config);
+        let mut index = SuffixIndex::new();
         index.extend(prompt_ids);
         match self.sessions().entry(session) {
             Entry::Occupied(_) => Err(NgramDrafterError::SessionExists(session)),
@@ -88,7 +88,7 @@ impl<C> NgramDrafter<C> {
             });
         }
         index.extend(&request.committed_tokens);
-        let drafts = index.propose(request.bonus, request.count);
+        let drafts = index.propose(request.bonus, request.count, &self.config);
         trace!(%session, round = request.round, drafted = drafts.len(), "ngram drafts");
         Ok(drafts)
     }
@@ -133,23 +133,9 @@ impl<C: Send> Drafter for NgramDrafter<C> {
 
 #[cfg(test)]
 mod tests {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-
     use super::*;
+    use crate::poll_once::now;
     use crate::sampling::SamplingParams;
-
-    /// The drafter never waits, so one poll completes every call.
-    fn now<F: Future>(future: F) -> F::Output {
-        let mut future = std::pin::pin!(future);
-        match future
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-        {
-            Poll::Ready(output) => output,
-            Poll::Pending => panic!("the ngram drafter never waits"),
-        }
-    }
 
     /// Carries of any type are accepted and ignored; this one is not even `Clone`.
     struct OpaqueCarry;
@@ -199,10 +185,10 @@ mod tests {
     #[test]
     fn sessions_are_independent() {
         let drafter = TestDrafter::default();
-        open(&drafter, 1, &[5, 6, 7]).unwrap();
-        open(&drafter, 2, &[5, 8, 9]).unwrap();
-        assert_eq!(draft(&drafter, 1, 5, &[], 3, 2).unwrap(), [6, 7]);
-        assert_eq!(draft(&drafter, 2, 5, &[], 3, 2).unwrap(), [8, 9]);
+        open(&drafter, 1, &[4, 5, 6, 7, 4]).unwrap();
+        open(&drafter, 2, &[4, 5, 8, 9, 4]).unwrap();
+        assert_eq!(draft(&drafter, 1, 5, &[], 5, 2).unwrap(), [6, 7]);
+        assert_eq!(draft(&drafter, 2, 5, &[], 5, 2).unwrap(), [8, 9]);
         assert_eq!(drafter.session_count(), 2);
     }
 
@@ -255,7 +241,8 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("committed_len"), "{err}");
-        assert_eq!(draft(&drafter, 1, 1, &[4], 4, 2).unwrap(), [2, 3]);
+        // A one-token match drafts one token.
+        assert_eq!(draft(&drafter, 1, 1, &[4], 4, 2).unwrap(), [2]);
         let err = draft(&drafter, 1, 1, &[], usize::MAX, 1).unwrap_err();
         assert!(matches!(
             err,

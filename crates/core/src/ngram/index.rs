@@ -1,39 +1,35 @@
-//! A session's token history with an incrementally maintained n-gram index.
+//! A session's token history with an incrementally maintained suffix index.
 
-use std::collections::HashMap;
-
+use super::automaton::SuffixAutomaton;
 use super::config::NgramConfig;
 use super::continuation::continuation;
 
-/// The tokens of one sequence and, for every n-gram length in the configured range, where
-/// each n-gram last ended.
+/// The tokens of one sequence and a suffix automaton over all of them.
 ///
-/// Appending a token updates one entry per length, so drafting costs the same at any context
-/// length: no round rescans the history.
-#[derive(Clone, Debug)]
-pub struct NgramIndex {
-    config: NgramConfig,
+/// Appending a token costs amortised O(1), and finding the longest earlier occurrence of the
+/// context's suffix costs about what appending the next token will, so no round rescans the
+/// history however long the match or the context.
+#[derive(Clone, Debug, Default)]
+pub struct SuffixIndex {
     tokens: Vec<u32>,
-    /// `last_end[n - min_ngram][gram]`: the largest `end` with `tokens[end - n..end] == gram`.
-    last_end: Vec<HashMap<Box<[u32]>, usize>>,
+    automaton: SuffixAutomaton,
 }
 
-/// Where a suffix n-gram of the context occurred before.
+/// The longest suffix of a context (the indexed tokens and a bonus) that occurred earlier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Match {
-    /// Position after the earlier occurrence: its first follower.
-    end: usize,
+pub struct SuffixMatch {
+    /// Length of the matched suffix, the bonus included; not capped.
+    pub len: usize,
+    /// Position in the context just after the earlier occurrence (the most recent one, but
+    /// for the short strings of a long repetition an older one): its first follower, at most
+    /// the number of indexed tokens.
+    pub end: usize,
 }
 
-impl NgramIndex {
-    /// An empty index over n-grams of `config`'s lengths (validate `config` first).
-    pub fn new(config: NgramConfig) -> Self {
-        let lengths = config.max_ngram.saturating_sub(config.min_ngram) + 1;
-        Self {
-            config,
-            tokens: Vec::new(),
-            last_end: vec![HashMap::new(); lengths],
-        }
+impl SuffixIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// The tokens appended so far.
@@ -41,66 +37,60 @@ impl NgramIndex {
         &self.tokens
     }
 
-    /// Appends `tokens`, indexing every n-gram that ends in them.
+    /// Appends `tokens`.
+    ///
+    /// Past 2^31 or so tokens (far beyond any context) the automaton stops growing and
+    /// lookups find nothing: a suffix of the indexed prefix would not be one of the context.
     pub fn extend(&mut self, tokens: &[u32]) {
-        self.tokens.reserve(tokens.len());
+        self.tokens.extend_from_slice(tokens);
         for &token in tokens {
-            self.tokens.push(token);
-            let end = self.tokens.len();
-            for (slot, n) in (self.config.min_ngram..=self.config.max_ngram).enumerate() {
-                let Some(start) = end.checked_sub(n) else {
-                    break;
-                };
-                let gram = &self.tokens[start..end];
-                let Some(map) = self.last_end.get_mut(slot) else {
-                    break;
-                };
-                match map.get_mut(gram) {
-                    Some(last) => *last = end,
-                    None => {
-                        map.insert(gram.into(), end);
-                    }
-                }
+            if !self.automaton.push_token(token) {
+                break;
             }
         }
     }
 
-    /// Up to `count` drafts after `bonus`, the token that follows the appended ones.
-    ///
-    /// The context is the appended tokens then `bonus`. Its longest suffix n-gram (from
-    /// `max_ngram` down to `min_ngram`) that occurred earlier selects the most recent such
-    /// occurrence, and the drafts are the tokens that followed it (see
-    /// `continuation` for reads past the end). Empty when no suffix occurred before.
-    pub fn propose(&self, bonus: u32, count: usize) -> Vec<u32> {
-        if count == 0 {
-            return Vec::new();
+    /// The longest suffix of `tokens ++ [bonus]` that ends earlier in that context, and
+    /// where; `None` when `bonus` never occurred (or the index is full).
+    pub fn longest_match(&self, bonus: u32) -> Option<SuffixMatch> {
+        if self.automaton.len() != self.tokens.len() {
+            return None;
         }
-        match self.longest_match(bonus) {
-            Some(found) => continuation(&self.tokens, bonus, found.end, count),
-            None => Vec::new(),
-        }
+        self.automaton
+            .longest_match(bonus)
+            .map(|found| SuffixMatch {
+                len: found.len,
+                end: found.end,
+            })
     }
 
-    /// The most recent earlier occurrence of the longest matching suffix of
-    /// `tokens ++ [bonus]`.
-    ///
-    /// Every indexed n-gram lies inside `tokens`, so it ends before the bonus and is never
-    /// the suffix itself.
-    fn longest_match(&self, bonus: u32) -> Option<Match> {
-        let mut key = Vec::with_capacity(self.config.max_ngram);
-        for n in self.config.lengths_longest_first() {
-            let Some(start) = (self.tokens.len() + 1).checked_sub(n) else {
-                continue;
-            };
-            key.clear();
-            key.extend_from_slice(&self.tokens[start..]);
-            key.push(bonus);
-            let map = self.last_end.get(n - self.config.min_ngram)?;
-            if let Some(&end) = map.get(key.as_slice()) {
-                return Some(Match { end });
-            }
+    /// Up to `count` tokens that followed `found`'s occurrence in `tokens ++ [bonus]`; past
+    /// the end of the context they repeat the period they have just proposed.
+    pub fn continuation(&self, bonus: u32, found: SuffixMatch, count: usize) -> Vec<u32> {
+        continuation(&self.tokens, bonus, found.end, count)
+    }
+
+    /// The drafts after `bonus`: the continuation of the longest match, as many as `config`
+    /// allows a match of its length (see [`NgramConfig`]) and at most `count`. Empty when
+    /// nothing long enough matched.
+    pub fn propose(&self, bonus: u32, count: usize, config: &NgramConfig) -> Vec<u32> {
+        self.lookup(bonus, count, config)
+            .map_or_else(Vec::new, |(_, drafts)| drafts)
+    }
+
+    /// [`Self::propose`] with the match it drew from; `None` when it drafts nothing.
+    pub fn lookup(
+        &self,
+        bonus: u32,
+        count: usize,
+        config: &NgramConfig,
+    ) -> Option<(SuffixMatch, Vec<u32>)> {
+        let found = self.longest_match(bonus)?;
+        let limit = config.draft_limit(found.len, count);
+        if limit == 0 {
+            return None;
         }
-        None
+        Some((found, self.continuation(bonus, found, limit)))
     }
 }
 
@@ -109,128 +99,191 @@ mod tests {
     use super::*;
     use crate::sampling::mix64;
 
-    fn index(min_ngram: usize, max_ngram: usize, tokens: &[u32]) -> NgramIndex {
-        let mut index = NgramIndex::new(NgramConfig {
-            min_ngram,
-            max_ngram,
-        });
+    /// Every match may draft the full count.
+    const FLAT: NgramConfig = NgramConfig {
+        min_ngram: 1,
+        max_ngram: 1,
+    };
+
+    fn index(tokens: &[u32]) -> SuffixIndex {
+        let mut index = SuffixIndex::new();
         index.extend(tokens);
         index
     }
 
     #[test]
-    fn longest_ngram_wins() {
-        // Suffix "1 2 3": the 1-gram "3" last occurred at 8 (followed by 9), but the 3-gram
-        // "1 2 3" occurred at 0 (followed by 4 5).
+    fn longest_match_beats_a_shorter_more_recent_one() {
+        // Suffix "1 2 3": "3" last occurred at 7 (followed by 9), "2 3" nowhere else, but
+        // "1 2 3" at 0..3 (followed by 4 5).
         let tokens = [1, 2, 3, 4, 5, 6, 7, 3, 9, 1, 2];
-        assert_eq!(index(1, 3, &tokens).propose(3, 2), [4, 5]);
-        // Limited to 1-grams, the most recent "3" wins.
-        assert_eq!(index(1, 1, &tokens).propose(3, 2), [9, 1]);
-        // Limited to 2-grams, "2 3" also points at 0.
-        assert_eq!(index(2, 2, &tokens).propose(3, 2), [4, 5]);
+        let index = index(&tokens);
+        assert_eq!(index.longest_match(3), Some(SuffixMatch { len: 3, end: 3 }));
+        assert_eq!(index.propose(3, 2, &FLAT), [4, 5]);
     }
 
     #[test]
-    fn most_recent_occurrence_wins() {
-        // The suffix "0 7 8" occurs twice before; the later occurrence is followed by 2.
+    fn matches_are_not_capped_in_length() {
+        // A 20-token block, an unrelated stretch with a more recent copy of its last 5
+        // tokens, then the block again: the 20-token match wins over the recent 5-token one.
+        let block: Vec<u32> = (100..120).collect();
+        let mut tokens = block.clone();
+        tokens.extend([7, 8, 9]);
+        tokens.extend(&block[15..]);
+        tokens.push(50);
+        tokens.extend(&block[..19]);
+        // The recent copy: 115..=119 then 50.
+        assert_eq!(tokens[23..29], [115, 116, 117, 118, 119, 50]);
+        let index = index(&tokens);
+        let found = index.longest_match(block[19]).unwrap();
+        assert_eq!(found, SuffixMatch { len: 20, end: 20 });
+        assert_eq!(index.propose(block[19], 3, &FLAT), [7, 8, 9]);
+    }
+
+    #[test]
+    fn most_recent_occurrence_wins_among_equally_long_ones() {
+        // The suffix "0 7 8" occurred once before, followed by 2.
         let tokens = [7, 8, 1, 0, 7, 8, 2, 0, 7];
-        assert_eq!(index(1, 3, &tokens).propose(8, 1), [2]);
-        // Extending the history moves the match to the newer occurrence.
-        let mut grown = index(1, 3, &tokens);
+        assert_eq!(index(&tokens).propose(8, 1, &FLAT), [2]);
+        // Once it has occurred again (followed by 5), the newer occurrence wins.
+        let mut grown = index(&tokens);
         grown.extend(&[8, 5, 0, 7]);
-        assert_eq!(grown.propose(8, 1), [5]);
+        assert_eq!(grown.propose(8, 1, &FLAT), [5]);
+    }
+
+    #[test]
+    fn draft_length_grows_with_the_match_length() {
+        let ramp = NgramConfig {
+            min_ngram: 2,
+            max_ngram: 6,
+        };
+        let block: Vec<u32> = (1..=12).collect();
+        let mut tokens = block.clone();
+        tokens.push(99);
+        // Context ends with the first m tokens of the block: a match of m tokens.
+        let drafts_after = |m: usize| {
+            let mut history = tokens.clone();
+            history.extend(&block[..m - 1]);
+            index(&history).propose(block[m - 1], 8, &ramp).len()
+        };
+        let lengths: Vec<usize> = (1..=7).map(drafts_after).collect();
+        assert_eq!(lengths, [0, 2, 3, 4, 5, 8, 8]);
     }
 
     #[test]
     fn no_match_gives_no_drafts() {
-        assert!(index(1, 3, &[1, 2, 3]).propose(4, 5).is_empty());
-        assert!(index(1, 3, &[]).propose(4, 5).is_empty());
-        // The suffix must be at least min_ngram long and occur earlier.
-        assert!(index(2, 3, &[5, 6, 7]).propose(5, 3).is_empty());
-        assert_eq!(index(1, 3, &[5, 6, 7]).propose(5, 3), [6, 7, 5]);
+        assert!(index(&[1, 2, 3]).propose(4, 5, &FLAT).is_empty());
+        assert!(index(&[]).propose(4, 5, &FLAT).is_empty());
+        // The match must be at least min_ngram long.
+        let pairs = NgramConfig {
+            min_ngram: 2,
+            max_ngram: 3,
+        };
+        assert!(index(&[5, 6, 7]).propose(5, 3, &pairs).is_empty());
+        assert_eq!(index(&[5, 6, 7]).propose(5, 3, &FLAT), [6, 7, 5]);
     }
 
     #[test]
     fn count_cuts_the_drafts() {
-        let tokens = [1, 2, 3, 4, 5, 6, 1];
-        let index = index(1, 3, &tokens);
-        assert_eq!(index.propose(2, 3), [3, 4, 5]);
-        assert_eq!(index.propose(2, 1), [3]);
-        assert!(index.propose(2, 0).is_empty());
+        let index = index(&[1, 2, 3, 4, 5, 6, 1]);
+        assert_eq!(index.propose(2, 3, &FLAT), [3, 4, 5]);
+        assert_eq!(index.propose(2, 1, &FLAT), [3]);
+        assert!(index.propose(2, 0, &FLAT).is_empty());
     }
 
     #[test]
-    fn match_near_the_end_continues_the_period() {
+    fn continuation_reads_past_the_end_as_a_period() {
+        // Context 4 5 6 4 5 | 6: the match "4 5 6" ends at 3; its continuation runs into the
+        // bonus and then over the drafts themselves.
+        let period = index(&[4, 5, 6, 4, 5]);
         assert_eq!(
-            index(1, 3, &[4, 5, 6, 4, 5]).propose(6, 6),
-            [4, 5, 6, 4, 5, 6]
+            period.longest_match(6),
+            Some(SuffixMatch { len: 3, end: 3 })
         );
+        assert_eq!(period.propose(6, 7, &FLAT), [4, 5, 6, 4, 5, 6]);
+        // A run of one token continues itself.
+        assert_eq!(index(&[2, 2]).propose(2, 4, &FLAT), [2, 2, 2]);
     }
 
-    /// The definition, read off the whole context every time.
-    fn brute_force(config: NgramConfig, history: &[u32], bonus: u32, count: usize) -> Vec<u32> {
+    /// The definition, read off the whole context every time: the longest suffix of
+    /// `history ++ [bonus]` ending earlier, its most recent end, and the drafts.
+    fn brute_force(
+        config: &NgramConfig,
+        history: &[u32],
+        bonus: u32,
+        count: usize,
+    ) -> (Option<SuffixMatch>, Vec<u32>) {
         let mut context = history.to_vec();
         context.push(bonus);
         let len = context.len();
-        for n in (config.min_ngram..=config.max_ngram).rev() {
-            if n > len {
-                continue;
-            }
+        let found = (1..len).rev().find_map(|n| {
             let suffix = &context[len - n..];
-            let found = (n..len).rev().find(|&end| &context[end - n..end] == suffix);
-            if let Some(end) = found {
-                let mut drafts = Vec::new();
-                while drafts.len() < count.min(len) {
-                    let position = end + drafts.len();
-                    let token = if position < len {
-                        context[position]
-                    } else {
-                        drafts[position - len]
-                    };
-                    drafts.push(token);
-                }
-                return drafts;
-            }
+            (n..len)
+                .rev()
+                .find(|&end| &context[end - n..end] == suffix)
+                .map(|end| SuffixMatch { len: n, end })
+        });
+        let Some(found) = found else {
+            return (None, Vec::new());
+        };
+        let wanted = config.draft_limit(found.len, count).min(len);
+        let mut drafts = Vec::new();
+        while drafts.len() < wanted {
+            let position = found.end + drafts.len();
+            drafts.push(match context.get(position) {
+                Some(&token) => token,
+                None => drafts[position - len],
+            });
         }
-        Vec::new()
+        (Some(found), drafts)
     }
 
     #[test]
-    fn incremental_index_equals_a_brute_force_scan() {
+    fn incremental_index_equals_batch_build_and_brute_force() {
         let mut state = 0x5EED_u64;
         let mut next = |bound: u64| {
             state = mix64(state.wrapping_add(0x9E37_79B9_7F4A_7C15));
             state % bound
         };
+        let mut long_matches = 0;
         for trial in 0..60 {
             let vocab = 2 + next(6);
+            let min_ngram = 1 + next(3) as usize;
             let config = NgramConfig {
-                min_ngram: 1 + next(3) as usize,
-                max_ngram: 0,
+                min_ngram,
+                max_ngram: min_ngram + next(6) as usize,
             };
-            let config = NgramConfig {
-                max_ngram: config.min_ngram + next(4) as usize,
-                ..config
-            };
-            let mut index = NgramIndex::new(config);
+            let mut incremental = SuffixIndex::new();
             let mut history = Vec::new();
-            let mut matched = 0;
             for _ in 0..40 {
-                let chunk: Vec<u32> = (0..next(5)).map(|_| next(vocab) as u32).collect();
-                index.extend(&chunk);
+                // Sometimes copy an earlier stretch and let the bonus go on copying, so long
+                // matches occur.
+                let mut follower = None;
+                let chunk: Vec<u32> = if next(3) == 0 && history.len() > 8 {
+                    let start = next(history.len() as u64 - 4) as usize;
+                    let stop = (start + 2 + next(12) as usize).min(history.len());
+                    follower = history.get(stop).copied();
+                    history[start..stop].to_vec()
+                } else {
+                    (0..next(5)).map(|_| next(vocab) as u32).collect()
+                };
+                incremental.extend(&chunk);
                 history.extend_from_slice(&chunk);
-                assert_eq!(index.tokens(), history.as_slice());
-                let bonus = next(vocab) as u32;
-                let count = next(9) as usize;
-                let drafts = index.propose(bonus, count);
-                let expected = brute_force(config, &history, bonus, count);
-                assert_eq!(
-                    drafts, expected,
-                    "trial {trial} {config:?} history {history:?} bonus {bonus} count {count}"
-                );
-                matched += usize::from(!drafts.is_empty());
+                assert_eq!(incremental.tokens(), history.as_slice());
+                let batch = index(&history);
+                let random = next(vocab) as u32;
+                let bonus = follower.filter(|_| next(2) == 0).unwrap_or(random);
+                let count = next(12) as usize;
+                let (found, drafts) = brute_force(&config, &history, bonus, count);
+                let case = format!("trial {trial} {config:?} {history:?} + {bonus}, {count}");
+                assert_eq!(incremental.longest_match(bonus), found, "{case}");
+                assert_eq!(batch.longest_match(bonus), found, "{case}");
+                assert_eq!(incremental.propose(bonus, count, &config), drafts, "{case}");
+                long_matches += usize::from(found.is_some_and(|f| f.len > 8));
             }
-            assert!(matched > 0, "trial {trial} never matched");
         }
+        assert!(
+            long_matches > 20,
+            "only {long_matches} matches longer than 8"
+        );
     }
 }

@@ -6,5 +6,7 @@ mod budgets_and_stops;
 mod cancellation;
 mod cost_aware;
 mod failures;
+mod hybrid;
 mod lossless;
 mod ngram;
+mod opening;

@@ -113,8 +113,43 @@ fn greedy_repetition_is_drafted_perfectly() {
     let stats = ngram_stats(Target::Repeating, 0, 4);
     assert!(stats.drafted > 0);
     assert_eq!(stats.accepted, stats.drafted, "{stats:?}");
-    // 39 tokens after the first, 4 per round: 9 full rounds, then one cut to the budget.
-    assert_eq!(stats.rounds, 10, "{stats:?}");
+    // The first round's match is that one token, which earns one draft; from the second on
+    // the match is at least 3 long and every round drafts the full 3. 39 tokens after the
+    // first: 2 in the first round, 4 in each of the next 9, then one cut to the budget (a
+    // block of 2).
+    assert_eq!(stats.rounds, 11, "{stats:?}");
+    assert_eq!(stats.drafted_at_position, [11, 9, 9], "{stats:?}");
+}
+
+#[test]
+fn drafts_grow_with_the_match_over_a_copied_prompt() {
+    // Greedy repetition of the prompt: the match grows by each round's tokens, and with a
+    // ramp up to 8 so does the number of drafts, until the block size caps it.
+    let verifier = TableVerifier::with_target(Target::Repeating);
+    let drafter = NgramDrafter::<Carry>::new(NgramConfig {
+        min_ngram: 1,
+        max_ngram: 8,
+    })
+    .unwrap();
+    let stop = StopConditions::max_tokens(MAX_TOKENS);
+    let (events, outcome) = run_with(
+        &verifier,
+        Some(&drafter),
+        request(BlockSizeConfig::fixed(9), samplings()[0], stop),
+    );
+    let finish = outcome.unwrap();
+    let reference =
+        reference_decode_on(Target::Repeating, &PROMPT, &samplings()[0], MAX_TOKENS, &[]);
+    assert_eq!(tokens_of(&events), reference);
+    let widths: Vec<usize> = verifier
+        .log()
+        .verifies
+        .iter()
+        .map(|v| v.tokens.len())
+        .collect();
+    // Matches of 1, then 3 (1 + 2 committed), then 7, then the full 8 drafts.
+    assert_eq!(widths[..4], [2, 4, 8, 9], "{widths:?}");
+    assert_eq!(finish.stats.accepted, finish.stats.drafted);
 }
 
 #[test]

@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::Result;
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
-    BlockSizeConfig, Drafter, Event, EventSink, GenerationRequest, NgramDrafter, NoDrafter,
-    RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, StopConditions,
+    BlockSizeConfig, Drafter, Event, EventSink, GenerationRequest, HybridDrafter, NgramDrafter,
+    NoDrafter, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, StopConditions,
 };
 use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 
@@ -22,12 +22,30 @@ pub enum EmbeddedDrafter {
     Ngram,
     Mtp(Box<InProcess<MtpEngine>>),
     DraftModel(Box<InProcess<DraftModelEngine>>),
+    /// Prompt lookup in front of the MTP assistant.
+    HybridMtp(Box<InProcess<MtpEngine>>),
+    /// Prompt lookup in front of the draft model.
+    HybridDraftModel(Box<InProcess<DraftModelEngine>>),
+}
+
+impl EmbeddedDrafter {
+    /// The draft model this drafter runs, if any (benchmarks time it directly).
+    pub fn draft_model(&self) -> Option<&InProcess<DraftModelEngine>> {
+        match self {
+            EmbeddedDrafter::DraftModel(dm) | EmbeddedDrafter::HybridDraftModel(dm) => Some(dm),
+            EmbeddedDrafter::Ngram | EmbeddedDrafter::Mtp(_) | EmbeddedDrafter::HybridMtp(_) => {
+                None
+            }
+        }
+    }
 }
 
 enum Timed {
     Ngram(TimedDrafter<NgramDrafter<TargetCarry>>),
     Mtp(Box<TimedDrafter<InProcess<MtpEngine>>>),
     DraftModel(Box<TimedDrafter<InProcess<DraftModelEngine>>>),
+    HybridMtp(Box<TimedDrafter<HybridDrafter<InProcess<MtpEngine>>>>),
+    HybridDraftModel(Box<TimedDrafter<HybridDrafter<InProcess<DraftModelEngine>>>>),
 }
 
 /// Keeps the token ids; no text, as the split modes send token ids and get no text back
@@ -73,6 +91,16 @@ impl<T: TargetModel> EmbeddedSuite<T> {
                 inner: *inner,
                 clock: timed(&clock),
             })),
+            EmbeddedDrafter::HybridMtp(inner) => Timed::HybridMtp(Box::new(TimedDrafter {
+                inner: HybridDrafter::with_default_lookup(*inner),
+                clock: timed(&clock),
+            })),
+            EmbeddedDrafter::HybridDraftModel(inner) => {
+                Timed::HybridDraftModel(Box::new(TimedDrafter {
+                    inner: HybridDrafter::with_default_lookup(*inner),
+                    clock: timed(&clock),
+                }))
+            }
         };
         Self {
             verifier: TimedVerifier {
@@ -118,6 +146,8 @@ impl<T: TargetModel> EmbeddedSuite<T> {
             (Timed::Ngram(d), true) => self.drive(Some(d), request).await?,
             (Timed::Mtp(d), true) => self.drive(Some(d.as_ref()), request).await?,
             (Timed::DraftModel(d), true) => self.drive(Some(d.as_ref()), request).await?,
+            (Timed::HybridMtp(d), true) => self.drive(Some(d.as_ref()), request).await?,
+            (Timed::HybridDraftModel(d), true) => self.drive(Some(d.as_ref()), request).await?,
         };
         into.runs.push(RunSample {
             elapsed: start.elapsed(),

@@ -13,7 +13,7 @@ use specd_core::{
     load_block_cap, BlockSizeConfig, Drafter, Event, EventSink, RequestControl, RoundLoop,
     SpeculationGovernor,
 };
-use specd_core::{NgramConfig, NgramDrafter};
+use specd_core::{HybridDrafter, NgramConfig, NgramDrafter};
 use specd_drafter::{DraftModelEngine, MtpEngine};
 use specd_router::DraftSource;
 use specd_verifier::{
@@ -424,11 +424,20 @@ pub async fn bench<T: TargetModel>(
         }
         EmbeddedDrafter::Mtp(engine) => LoadDrafter::Mtp(Arc::from(engine)),
         EmbeddedDrafter::DraftModel(engine) => LoadDrafter::DraftModel(Arc::from(engine)),
+        EmbeddedDrafter::HybridMtp(engine) => {
+            LoadDrafter::HybridMtp(Arc::new(HybridDrafter::with_default_lookup(*engine)))
+        }
+        EmbeddedDrafter::HybridDraftModel(engine) => {
+            LoadDrafter::HybridDraftModel(Arc::new(HybridDrafter::with_default_lookup(*engine)))
+        }
     };
     // Draft calls queue on the one in-process drafter; prompt lookup shares nothing.
     let parallel_drafters = match drafter {
         LoadDrafter::Ngram(_) => 0,
-        LoadDrafter::Mtp(_) | LoadDrafter::DraftModel(_) => 1,
+        LoadDrafter::Mtp(_)
+        | LoadDrafter::DraftModel(_)
+        | LoadDrafter::HybridMtp(_)
+        | LoadDrafter::HybridDraftModel(_) => 1,
     };
     let governor = Arc::new(SpeculationGovernor::new(parallel_drafters, MAX_BLOCK));
     // One short unmeasured request per path first: page faults on the memory-mapped
@@ -491,6 +500,8 @@ enum LoadDrafter {
     Ngram(Arc<NgramDrafter<TargetCarry>>),
     Mtp(Arc<InProcess<MtpEngine>>),
     DraftModel(Arc<InProcess<DraftModelEngine>>),
+    HybridMtp(Arc<HybridDrafter<InProcess<MtpEngine>>>),
+    HybridDraftModel(Arc<HybridDrafter<InProcess<DraftModelEngine>>>),
 }
 
 impl LoadDrafter {
@@ -513,6 +524,14 @@ impl LoadDrafter {
                 embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
             }
             LoadDrafter::DraftModel(d) => {
+                let d = d.clone();
+                embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
+            }
+            LoadDrafter::HybridMtp(d) => {
+                let d = d.clone();
+                embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
+            }
+            LoadDrafter::HybridDraftModel(d) => {
                 let d = d.clone();
                 embedded_pair(verifier, d, governor, eos, prompts, max_tokens, concurrency).await
             }

@@ -11,7 +11,7 @@ use specd_verifier::TargetModel;
 
 use super::costs::StepCosts;
 use super::embedded::EmbeddedSuite;
-use super::prompts::Prompt;
+use super::prompts::{self, Prompt};
 use super::report::ModeResult;
 
 /// Tokens of the unmeasured warm-up generation of each drafter.
@@ -104,6 +104,8 @@ pub async fn run<T: TargetModel>(
     };
     for run in 0..runs {
         for prompt in prompts {
+            // Every generation records its own rounds, for the per-kind and per-prompt figures.
+            let before = result.plain.phases.len();
             first
                 .suite
                 .run_with(
@@ -114,6 +116,7 @@ pub async fn run<T: TargetModel>(
                     &mut result.plain,
                 )
                 .await?;
+            result.plain.close_run(before);
             let plain = result
                 .plain
                 .runs
@@ -127,9 +130,11 @@ pub async fn run<T: TargetModel>(
                 let Some(d) = drafters.iter().find(|d| d.name == row.drafter) else {
                     continue;
                 };
+                let before = row.mode.phases.len();
                 d.suite
                     .run_with(&prompt.ids, max_tokens, row.block, eos, &mut row.mode)
                     .await?;
+                row.mode.close_run(before);
                 let spec = row.mode.runs.last().map(|r| &r.output);
                 if spec == Some(&plain) {
                     row.identical += 1;
@@ -167,8 +172,15 @@ struct RowModel {
     positional: f64,
 }
 
-fn row_model(row: &SweepRow, costs: &StepCosts, draft_cost: f64) -> RowModel {
-    let runs = &row.mode.runs;
+/// The model of `mode`'s generations (a row's, or a subset of them), run with `drafts` drafts
+/// per round (`None`: the adaptive policy).
+fn row_model(
+    mode: &ModeResult,
+    drafts: Option<usize>,
+    costs: &StepCosts,
+    draft_cost: f64,
+) -> RowModel {
+    let runs = &mode.runs;
     let drafted: u64 = runs.iter().map(|r| r.drafted).sum();
     let accepted: u64 = runs.iter().map(|r| r.accepted).sum();
     let alpha = if drafted > 0 {
@@ -193,7 +205,7 @@ fn row_model(row: &SweepRow, costs: &StepCosts, draft_cost: f64) -> RowModel {
             }
         })
         .collect();
-    let phases = &row.mode.phases;
+    let phases = &mode.phases;
     let round_cost = if phases.is_empty() {
         0.0
     } else {
@@ -207,7 +219,7 @@ fn row_model(row: &SweepRow, costs: &StepCosts, draft_cost: f64) -> RowModel {
             / phases.len() as f64
     };
     // The geometric form needs one K; the adaptive row has none.
-    let geometric = row.drafts.map_or(f64::NAN, |k| {
+    let geometric = drafts.map_or(f64::NAN, |k| {
         let expected = if (1.0 - alpha).abs() < 1e-9 {
             (k + 1) as f64
         } else {
@@ -215,7 +227,7 @@ fn row_model(row: &SweepRow, costs: &StepCosts, draft_cost: f64) -> RowModel {
         };
         expected / (k as f64 * draft_cost + costs.verify_cost(k + 1).unwrap_or(f64::NAN))
     });
-    let tokens_per_round = row.mode.tokens_per_round();
+    let tokens_per_round = mode.tokens_per_round();
     RowModel {
         alpha,
         per_position,
@@ -229,13 +241,20 @@ fn row_model(row: &SweepRow, costs: &StepCosts, draft_cost: f64) -> RowModel {
 /// Tokens per second over the decode rounds only (prefill and drafter open excluded), the
 /// figure llama.cpp's tools print.
 pub fn decode_tokens_per_second(mode: &ModeResult) -> f64 {
-    let tokens: usize = mode.runs.iter().map(|r| r.tokens.saturating_sub(1)).sum();
-    let secs: f64 = mode.phases.iter().map(|p| p.round.as_secs_f64()).sum();
+    let (tokens, secs) = decode_totals(mode);
     if secs > 0.0 {
         tokens as f64 / secs
     } else {
         0.0
     }
+}
+
+/// Tokens and seconds of the decode rounds: every token but the first, which the prefill
+/// emits, over the time of every verify round.
+fn decode_totals(mode: &ModeResult) -> (usize, f64) {
+    let tokens: usize = mode.runs.iter().map(|r| r.tokens.saturating_sub(1)).sum();
+    let secs: f64 = mode.phases.iter().map(|p| p.round.as_secs_f64()).sum();
+    (tokens, secs)
 }
 
 fn p50_ms(values: impl Iterator<Item = Duration>) -> f64 {
@@ -250,6 +269,74 @@ fn positions_cell(rates: &[f64]) -> String {
         .map(|r| format!("{:.2}", r))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+fn draft_cost_of(draft_costs: &[(&str, f64)], drafter: &str) -> f64 {
+    draft_costs
+        .iter()
+        .find(|(n, _)| *n == drafter)
+        .map_or(0.0, |(_, c)| *c)
+}
+
+fn ratio_of(tps: f64, base: f64) -> f64 {
+    if base > 0.0 {
+        tps / base
+    } else {
+        0.0
+    }
+}
+
+/// Generations of `spec` whose ids equal those of the plain generation of the same prompt
+/// and run, among the generations `keep` selects.
+fn identical_where(spec: &ModeResult, plain: &ModeResult, keep: impl Fn(usize) -> bool) -> usize {
+    spec.runs
+        .iter()
+        .zip(&plain.runs)
+        .enumerate()
+        .filter(|(i, (s, p))| keep(*i) && s.output == p.output)
+        .count()
+}
+
+/// Decode tokens/s of every row and of plain per prompt kind, with the ratio to plain on the
+/// prompts of that kind, and over all prompts. Empty for a single kind, which the main
+/// table already shows.
+pub fn kinds_table(result: &SweepResult, prompts: &[Prompt]) -> String {
+    let kinds = prompts::kinds(prompts);
+    if kinds.len() < 2 {
+        return String::new();
+    }
+    let plain: Vec<f64> = kinds
+        .iter()
+        .map(|kind| decode_tokens_per_second(&result.plain.of_kind(prompts, kind)))
+        .collect();
+    let plain_all = decode_tokens_per_second(&result.plain);
+    let mut out = String::from(
+        "spec/plain by prompt kind (decode tok/s, ratio to plain on the same prompts)\n",
+    );
+    out.push_str(&format!("{:<12} {:>4}", "drafter", "K"));
+    for kind in kinds.iter().map(String::as_str).chain(["all"]) {
+        out.push_str(&format!(" {kind:>14}"));
+    }
+    out.push('\n');
+    out.push_str(&format!("{:<12} {:>4}", "plain", 0));
+    for tps in plain.iter().chain([&plain_all]) {
+        out.push_str(&format!(" {tps:>7.2} {:>5.2}x", 1.0));
+    }
+    out.push('\n');
+    for row in &result.rows {
+        out.push_str(&format!(
+            "{:<12} {:>4}",
+            row.drafter,
+            row.drafts.map_or("auto".to_owned(), |k| k.to_string())
+        ));
+        for (kind, base) in kinds.iter().zip(&plain) {
+            let tps = decode_tokens_per_second(&row.mode.of_kind(prompts, kind));
+            out.push_str(&format!(" {tps:>7.2} {:>5.2}x", ratio_of(tps, *base)));
+        }
+        let tps = decode_tokens_per_second(&row.mode);
+        out.push_str(&format!(" {tps:>7.2} {:>5.2}x\n", ratio_of(tps, plain_all)));
+    }
+    out
 }
 
 /// The sweep table (decode-only tokens/s; ratios are to plain).
@@ -290,11 +377,8 @@ pub fn table(result: &SweepResult, costs: &StepCosts, draft_costs: &[(&str, f64)
         format!("{runs}/{runs}")
     ));
     for row in &result.rows {
-        let draft_cost = draft_costs
-            .iter()
-            .find(|(n, _)| *n == row.drafter)
-            .map_or(0.0, |(_, c)| *c);
-        let m = row_model(row, costs, draft_cost);
+        let draft_cost = draft_cost_of(draft_costs, row.drafter);
+        let m = row_model(&row.mode, row.drafts, costs, draft_cost);
         let tps = decode_tokens_per_second(&row.mode);
         let ratio = if plain > 0.0 { tps / plain } else { 0.0 };
         out.push_str(&format!(
@@ -327,17 +411,62 @@ pub fn json(
     detokenizer: &dyn Detokenizer,
 ) -> Value {
     let plain = decode_tokens_per_second(&result.plain);
+    let kinds = prompts::kinds(prompts);
+    let n_prompts = prompts.len();
+    let plain_per_prompt: Vec<ModeResult> = (0..n_prompts)
+        .map(|p| result.plain.of_prompts(n_prompts, |q| q == p))
+        .collect();
     let rows: Vec<Value> = result
         .rows
         .iter()
         .map(|row| {
-            let draft_cost = draft_costs
-                .iter()
-                .find(|(n, _)| *n == row.drafter)
-                .map_or(0.0, |(_, c)| *c);
-            let m = row_model(row, costs, draft_cost);
+            let draft_cost = draft_cost_of(draft_costs, row.drafter);
+            let m = row_model(&row.mode, row.drafts, costs, draft_cost);
             let tps = decode_tokens_per_second(&row.mode);
             let ratio = if plain > 0.0 { tps / plain } else { 0.0 };
+            let n = prompts.len();
+            let per_kind: Vec<Value> = kinds
+                .iter()
+                .map(|kind| {
+                    let mode = row.mode.of_kind(prompts, kind);
+                    let m = row_model(&mode, row.drafts, costs, draft_cost);
+                    let tps = decode_tokens_per_second(&mode);
+                    let base = decode_tokens_per_second(&result.plain.of_kind(prompts, kind));
+                    let of_kind = |i: usize| prompts[i % n].kind == *kind;
+                    json!({
+                        "kind": kind,
+                        "decode_tokens_per_second": tps,
+                        "plain_decode_tokens_per_second": base,
+                        "ratio_to_plain": ratio_of(tps, base),
+                        "alpha": m.alpha,
+                        "tokens_per_round": m.tokens_per_round,
+                        "identical": identical_where(&row.mode, &result.plain, of_kind),
+                        "generations": mode.runs.len(),
+                    })
+                })
+                .collect();
+            let per_prompt: Vec<Value> = (0..n)
+                .map(|p| {
+                    let mode = row.mode.of_prompts(n, |q| q == p);
+                    let m = row_model(&mode, row.drafts, costs, draft_cost);
+                    let tps = decode_tokens_per_second(&mode);
+                    let (tokens, seconds) = decode_totals(&mode);
+                    let base = decode_tokens_per_second(&plain_per_prompt[p]);
+                    // Counts as well as rates, so that a driver can sum any set of prompts.
+                    json!({
+                        "prompt": p,
+                        "kind": prompts[p].kind,
+                        "decode_tokens": tokens,
+                        "decode_seconds": seconds,
+                        "decode_tokens_per_second": tps,
+                        "ratio_to_plain": ratio_of(tps, base),
+                        "drafted": mode.runs.iter().map(|r| r.drafted).sum::<u64>(),
+                        "accepted": mode.runs.iter().map(|r| r.accepted).sum::<u64>(),
+                        "alpha": m.alpha,
+                        "tokens_per_round": m.tokens_per_round,
+                    })
+                })
+                .collect();
             json!({
                 "drafter": row.drafter,
                 "k": row.drafts,
@@ -354,6 +483,19 @@ pub fn json(
                 "measured_over_theory": ratio / m.positional,
                 "identical": row.identical,
                 "generations": row.mode.runs.len(),
+                "per_kind": per_kind,
+                "per_prompt": per_prompt,
+            })
+        })
+        .collect();
+    let kinds_json: Vec<Value> = kinds
+        .iter()
+        .map(|kind| {
+            json!({
+                "kind": kind,
+                "prompts": (0..n_prompts).filter(|&i| prompts[i].kind == *kind).collect::<Vec<_>>(),
+                "plain_decode_tokens_per_second":
+                    decode_tokens_per_second(&result.plain.of_kind(prompts, kind)),
             })
         })
         .collect();
@@ -361,8 +503,14 @@ pub fn json(
         .iter()
         .zip(prompt_texts)
         .zip(&result.plain_outputs)
-        .map(|((p, text), output)| {
+        .zip(&plain_per_prompt)
+        .map(|(((p, text), output), plain)| {
+            let (tokens, seconds) = decode_totals(plain);
             json!({
+                "kind": p.kind,
+                "plain_decode_tokens": tokens,
+                "plain_decode_seconds": seconds,
+                "plain_decode_tokens_per_second": decode_tokens_per_second(plain),
                 "label": p.label,
                 "text": text,
                 "ids": p.ids,
@@ -376,8 +524,77 @@ pub fn json(
         "plain_decode_tokens_per_second": plain,
         "plain_verify_ms_p50": p50_ms(result.plain.phases.iter().map(|p| p.verify)),
         "rows": rows,
+        "kinds": kinds_json,
         "costs": costs.json(),
         "prompts": prompts,
         "mismatches": result.mismatches,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::RunSample;
+    use super::super::timing::RoundTiming;
+    use super::*;
+
+    /// One generation per prompt of `tokens` tokens, each round `ms` long, one round a
+    /// token after the first.
+    fn mode(name: &str, runs: &[(usize, u64)]) -> ModeResult {
+        let mut mode = ModeResult::new(name);
+        for &(tokens, ms) in runs {
+            let before = mode.phases.len();
+            mode.runs.push(RunSample {
+                tokens,
+                output: vec![7; tokens],
+                ..RunSample::default()
+            });
+            mode.phases.extend((1..tokens).map(|_| RoundTiming {
+                draft: Duration::ZERO,
+                verify: Duration::from_millis(ms),
+                round: Duration::from_millis(ms),
+                width: 1,
+            }));
+            mode.close_run(before);
+        }
+        mode
+    }
+
+    fn prompt(kind: &str) -> Prompt {
+        Prompt {
+            kind: kind.into(),
+            label: kind.into(),
+            ids: vec![1],
+        }
+    }
+
+    #[test]
+    fn kinds_table_gives_each_kind_its_own_plain() {
+        let prompts = [prompt("prose"), prompt("edit")];
+        // Plain: 100 ms a token on both prompts; the row: as slow on prose, twice as fast
+        // on the edit prompt.
+        let result = SweepResult {
+            plain: mode("plain", &[(11, 100), (11, 100)]),
+            rows: vec![SweepRow {
+                drafter: "ngram",
+                drafts: Some(2),
+                block: BlockSizeConfig::fixed(3),
+                mode: mode("ngram K=2", &[(11, 100), (11, 50)]),
+                identical: 2,
+            }],
+            plain_outputs: Vec::new(),
+            mismatches: Vec::new(),
+        };
+        let table = kinds_table(&result, &prompts);
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("ngram"))
+            .unwrap_or_default();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["ngram", "2", "10.00", "1.00x", "20.00", "2.00x", "13.33", "1.33x"],
+            "{table}"
+        );
+        assert!(kinds_table(&result, &[prompt("a"), prompt("a")]).is_empty());
+    }
 }

@@ -46,19 +46,27 @@ async fn proxied_router(
     let (verifier_proxy, verifier_bytes) = servers::counting_proxy(verifier_url).await?;
     let mut links: Links = vec![("router<->verifier", verifier_bytes)];
     let source = match source {
-        DraftSource::Remote(urls) => {
-            let mut proxied = Vec::new();
-            for url in urls {
-                let (proxy, bytes) = servers::counting_proxy(url).await?;
-                links.push(("router<->drafter", bytes));
-                proxied.push(proxy);
-            }
-            DraftSource::Remote(proxied)
-        }
+        DraftSource::Remote(urls) => DraftSource::Remote(proxied(urls, &mut links).await?),
+        DraftSource::Hybrid { urls, dns, lookup } => DraftSource::Hybrid {
+            urls: proxied(urls, &mut links).await?,
+            dns: dns.clone(),
+            lookup: *lookup,
+        },
         other => other.clone(),
     };
     let router = servers::router(&verifier_proxy, &source, eos.to_vec(), block_size).await?;
     Ok((router, links))
+}
+
+/// A counting proxy in front of each drafter at `urls`; their URLs, in order.
+async fn proxied(urls: &[String], links: &mut Links) -> Result<Vec<String>> {
+    let mut proxied = Vec::new();
+    for url in urls {
+        let (proxy, bytes) = servers::counting_proxy(url).await?;
+        links.push(("router<->drafter", bytes));
+        proxied.push(proxy);
+    }
+    Ok(proxied)
 }
 
 fn read(links: &Links) -> Vec<(u64, u64)> {

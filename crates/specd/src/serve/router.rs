@@ -4,8 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_router::{serve, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText};
 
@@ -17,6 +18,9 @@ use super::LimitArgs;
 pub enum RouterDraft {
     /// Prompt lookup (no model, no drafter service).
     Ngram,
+    /// Prompt lookup while the output copies earlier text (a match of 4 tokens or more), the
+    /// drafter services of --drafters / --drafter-dns for the other rounds.
+    Hybrid,
 }
 
 #[derive(Args, Debug)]
@@ -27,22 +31,20 @@ pub struct RouterArgs {
     /// The verifier, e.g. http://verifier:50051.
     #[arg(long, env = "SPECD_VERIFIER")]
     pub verifier: String,
-    /// Drafter services, comma-separated, e.g. http://drafter-0:50052,http://drafter-1:50052.
-    #[arg(
-        long,
-        env = "SPECD_DRAFTERS",
-        value_delimiter = ',',
-        conflicts_with = "draft"
-    )]
+    /// Drafter services, comma-separated, e.g. http://drafter-0:50052,http://drafter-1:50052
+    /// (not with --draft ngram).
+    #[arg(long, env = "SPECD_DRAFTERS", value_delimiter = ',')]
     pub drafters: Vec<String>,
     /// A DNS name whose addresses are drafter services, host:port (a Kubernetes headless
-    /// service); resolved again every --drafter-dns-refresh-secs, alongside --drafters.
-    #[arg(long, env = "SPECD_DRAFTER_DNS", conflicts_with = "draft")]
+    /// service); resolved again every --drafter-dns-refresh-secs, alongside --drafters (not
+    /// with --draft ngram).
+    #[arg(long, env = "SPECD_DRAFTER_DNS")]
     pub drafter_dns: Option<String>,
     /// Seconds between resolutions of --drafter-dns.
     #[arg(long, env = "SPECD_DRAFTER_DNS_REFRESH_SECS", default_value_t = 10)]
     pub drafter_dns_refresh_secs: u64,
-    /// Draft inside the router instead of with drafter services.
+    /// Draft inside the router: `ngram` instead of drafter services, `hybrid` in front of
+    /// them.
     #[arg(long, env = "SPECD_DRAFT", value_enum)]
     pub draft: Option<RouterDraft>,
     /// Target checkpoint directory for tokenizer.json (text prompts, text output, stop
@@ -76,7 +78,40 @@ pub struct RouterArgs {
     pub telemetry: super::TelemetryArgs,
 }
 
+/// Where drafts come from, as the drafting flags say.
+fn draft_source(args: &RouterArgs) -> Result<DraftSource> {
+    let dns = args.drafter_dns.as_ref().map(|name| DrafterDns {
+        name: name.clone(),
+        refresh: Duration::from_secs(args.drafter_dns_refresh_secs),
+    });
+    let has_services = dns.is_some() || !args.drafters.is_empty();
+    Ok(match (args.draft, dns) {
+        (Some(RouterDraft::Ngram), _) if has_services => {
+            bail!(
+                "--draft ngram drafts without drafter services: drop --drafters and \
+                 --drafter-dns, or use --draft hybrid"
+            )
+        }
+        (Some(RouterDraft::Ngram), _) => DraftSource::Ngram(NgramConfig::default()),
+        (Some(RouterDraft::Hybrid), _) if !has_services => {
+            bail!("--draft hybrid needs drafter services: give --drafters or --drafter-dns")
+        }
+        (Some(RouterDraft::Hybrid), dns) => DraftSource::Hybrid {
+            urls: args.drafters.clone(),
+            dns,
+            lookup: HYBRID_LOOKUP,
+        },
+        (None, Some(dns)) => DraftSource::Discovered {
+            urls: args.drafters.clone(),
+            dns,
+        },
+        (None, None) if has_services => DraftSource::Remote(args.drafters.clone()),
+        (None, None) => DraftSource::None,
+    })
+}
+
 pub async fn run(args: RouterArgs) -> Result<()> {
+    let source = draft_source(&args)?;
     let text = match &args.target {
         Some(file) if crate::generate::detect(file, "target")?.is_gguf() => {
             TargetText::from_gguf(file)
@@ -85,18 +120,6 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         Some(dir) => TargetText::from_dir(dir)
             .with_context(|| format!("reading the target's text files in {}", dir.display()))?,
         None => TargetText::without_tokenizer(Vec::new()),
-    };
-    let source = match (args.draft, &args.drafter_dns, args.drafters.is_empty()) {
-        (Some(RouterDraft::Ngram), _, _) => DraftSource::Ngram(NgramConfig::default()),
-        (None, Some(name), _) => DraftSource::Discovered {
-            urls: args.drafters.clone(),
-            dns: DrafterDns {
-                name: name.clone(),
-                refresh: Duration::from_secs(args.drafter_dns_refresh_secs),
-            },
-        },
-        (None, None, false) => DraftSource::Remote(args.drafters.clone()),
-        (None, None, true) => DraftSource::None,
     };
     if args.max_concurrent_requests == 0 {
         anyhow::bail!("--max-concurrent-requests: must be at least 1");
@@ -120,4 +143,60 @@ pub async fn run(args: RouterArgs) -> Result<()> {
     let incoming = bind(args.listen, "router")?;
     serve(service, incoming, shutdown_signal()).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RouterArgs,
+    }
+
+    fn source(flags: &[&str]) -> Result<DraftSource> {
+        let mut argv = vec!["router", "--verifier", "http://127.0.0.1:1"];
+        argv.extend_from_slice(flags);
+        draft_source(&Cli::try_parse_from(argv)?.args)
+    }
+
+    #[test]
+    fn drafting_flags_pick_the_source() {
+        assert!(matches!(source(&[]).unwrap(), DraftSource::None));
+        assert!(matches!(
+            source(&["--draft", "ngram"]).unwrap(),
+            DraftSource::Ngram(_)
+        ));
+        assert!(matches!(
+            source(&["--drafters", "http://d:1,http://e:1"]).unwrap(),
+            DraftSource::Remote(urls) if urls.len() == 2
+        ));
+        assert!(matches!(
+            source(&["--drafter-dns", "drafters:50052"]).unwrap(),
+            DraftSource::Discovered { .. }
+        ));
+        let hybrid = source(&["--draft", "hybrid", "--drafters", "http://d:1"]).unwrap();
+        assert!(matches!(
+            hybrid,
+            DraftSource::Hybrid { urls, dns: None, lookup }
+                if urls == ["http://d:1"] && lookup == HYBRID_LOOKUP
+        ));
+        let discovered = source(&["--draft", "hybrid", "--drafter-dns", "drafters:50052"]);
+        assert!(matches!(
+            discovered.unwrap(),
+            DraftSource::Hybrid { urls, dns: Some(dns), .. }
+                if urls.is_empty() && dns.name == "drafters:50052"
+        ));
+    }
+
+    #[test]
+    fn contradicting_drafting_flags_are_refused() {
+        let err = source(&["--draft", "ngram", "--drafters", "http://d:1"]).unwrap_err();
+        assert!(err.to_string().contains("--draft hybrid"), "{err}");
+        let err = source(&["--draft", "hybrid"]).unwrap_err();
+        assert!(err.to_string().contains("--drafters"), "{err}");
+    }
 }

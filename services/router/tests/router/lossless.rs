@@ -155,3 +155,20 @@ async fn random_drafts_over_the_draft_model_protocol_are_lossless() {
     let (drafted, _) = assert_lossless(DrafterSetup::RandomDraftModel).await;
     assert!(drafted > 0);
 }
+
+#[tokio::test]
+async fn hybrid_speculation_over_mtp_is_lossless() {
+    // Lookup rounds on the repetitive prompt leave the MTP session behind; the K/V rows of
+    // those rounds reach it merged with its next draft call.
+    let (drafted, accepted) = assert_lossless(DrafterSetup::HybridMtp).await;
+    assert!(drafted > 0);
+    assert!(accepted > 0);
+}
+
+#[tokio::test]
+async fn hybrid_speculation_over_the_draft_model_protocol_is_lossless() {
+    let (drafted, accepted) = assert_lossless(DrafterSetup::HybridRandomDraftModel).await;
+    assert!(drafted > 0);
+    // Random drafts are rarely right; the lookup's are, on this prompt.
+    assert!(accepted > 0);
+}

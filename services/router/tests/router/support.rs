@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::{DType, Device};
+use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_drafter::{DraftEngine, DrafterServerConfig, DrafterService, MtpEngine, RandomDrafts};
 use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText};
@@ -95,12 +96,26 @@ pub enum DrafterSetup {
     RandomMtp,
     /// Random drafts through the draft-model protocol (committed tokens).
     RandomDraftModel,
+    /// Prompt lookup in the router in front of the assistant fixture's drafter service.
+    HybridMtp,
+    /// Prompt lookup in the router in front of random drafts through the draft-model
+    /// protocol.
+    HybridRandomDraftModel,
+}
+
+impl DrafterSetup {
+    fn is_hybrid(self) -> bool {
+        matches!(
+            self,
+            DrafterSetup::HybridMtp | DrafterSetup::HybridRandomDraftModel
+        )
+    }
 }
 
 pub async fn start_drafter_for(setup: DrafterSetup) -> Option<Running> {
     match setup {
         DrafterSetup::Ngram => None,
-        DrafterSetup::Mtp => Some(
+        DrafterSetup::Mtp | DrafterSetup::HybridMtp => Some(
             start_drafter(
                 MtpEngine::load(
                     &fixture("assistant-dense"),
@@ -115,7 +130,7 @@ pub async fn start_drafter_for(setup: DrafterSetup) -> Option<Running> {
         DrafterSetup::RandomMtp => {
             Some(start_drafter(RandomDrafts::new(DrafterKind::Mtp, 256, 16, 9)).await)
         }
-        DrafterSetup::RandomDraftModel => {
+        DrafterSetup::RandomDraftModel | DrafterSetup::HybridRandomDraftModel => {
             Some(start_drafter(RandomDrafts::new(DrafterKind::DraftModel, 256, 16, 9)).await)
         }
     }
@@ -177,6 +192,11 @@ impl Stack {
         };
         let source = match (setup, &drafter) {
             (Some(DrafterSetup::Ngram), _) => DraftSource::Ngram(NgramConfig::default()),
+            (Some(setup), Some(drafter)) if setup.is_hybrid() => DraftSource::Hybrid {
+                urls: vec![drafter.url()],
+                dns: None,
+                lookup: HYBRID_LOOKUP,
+            },
             (_, Some(drafter)) => DraftSource::Remote(vec![drafter.url()]),
             _ => DraftSource::None,
         };
