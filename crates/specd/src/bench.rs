@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Verify block size while drafting.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=17))]
     pub block_size: u64,
+    /// The speculative modes use the adaptive, cost-aware block size (up to 8, from
+    /// --block-size) instead of a fixed one, embedded and split alike.
+    #[arg(long)]
+    pub adaptive: bool,
     /// Tokens generated per prompt (end-of-sequence is ignored, so every mode emits as many).
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
@@ -446,13 +450,19 @@ const TTFT_REPS: usize = 2;
 /// Tokens of the unmeasured warm-up generation of each mode.
 const WARMUP_TOKENS: usize = 8;
 
-/// One generation of `prompt` in every mode, in table order.
+/// Largest block size of the adaptive modes (the router's default ceiling).
+const ADAPTIVE_CEILING: usize = 8;
+
+/// One generation of `prompt` in every mode, in table order; the speculative modes verify
+/// blocks of `block_size`, or adapt from it when `adaptive`.
+#[allow(clippy::too_many_arguments)]
 async fn generate_all<T: TargetModel>(
     suite: &EmbeddedSuite<T>,
     router_url: Option<&str>,
     prompt: &[u32],
     max_tokens: usize,
     block_size: usize,
+    adaptive: bool,
     eos: &[u32],
     modes: &mut [ModeResult],
 ) -> Result<()> {
@@ -460,11 +470,22 @@ async fn generate_all<T: TargetModel>(
     suite
         .run(prompt, max_tokens, None, eos, &mut plain[0])
         .await?;
+    let (embedded, split_block) = if adaptive {
+        (
+            BlockSizeConfig::adaptive(ADAPTIVE_CEILING.max(block_size), block_size),
+            split::SplitBlock::Adaptive,
+        )
+    } else {
+        (
+            BlockSizeConfig::fixed(block_size),
+            split::SplitBlock::Fixed(block_size),
+        )
+    };
     suite
-        .run(prompt, max_tokens, Some(block_size), eos, &mut rest[0])
+        .run_with(prompt, max_tokens, embedded, eos, &mut rest[0])
         .await?;
     if let Some(router_url) = router_url {
-        for (index, block) in [(1, None), (2, Some(block_size))] {
+        for (index, block) in [(1, split::SplitBlock::Plain), (2, split_block)] {
             let run = split::generate(router_url, prompt, max_tokens, block).await?;
             rest[index].runs.push(run.sample);
             rest[index].client_rounds.extend(run.chunk_gaps);
@@ -516,6 +537,7 @@ async fn bench_pair<T: TargetModel>(
         first,
         warm_tokens,
         block_size,
+        args.adaptive,
         &eos,
         &mut discarded,
     )
@@ -529,6 +551,7 @@ async fn bench_pair<T: TargetModel>(
                 &prompt.ids,
                 args.max_tokens,
                 block_size,
+                args.adaptive,
                 &eos,
                 &mut modes,
             )
@@ -556,6 +579,7 @@ async fn bench_pair<T: TargetModel>(
             "target": args.target.display().to_string(),
             "drafter": args.drafter.as_ref().map(|p| p.display().to_string()),
             "block_size": block_size,
+            "adaptive": args.adaptive,
             "max_tokens": args.max_tokens,
             "prompts": prompts.len(),
             "runs": args.runs,
@@ -566,8 +590,13 @@ async fn bench_pair<T: TargetModel>(
         });
         println!("{out}");
     } else {
+        let blocks = if args.adaptive {
+            format!("adaptive block size from {block_size} up to {ADAPTIVE_CEILING}")
+        } else {
+            format!("block size {block_size}")
+        };
         println!(
-            "specd bench: {} prompt(s) x {} run(s), {} tokens each, block size {block_size}",
+            "specd bench: {} prompt(s) x {} run(s), {} tokens each, {blocks}",
             prompts.len(),
             args.runs,
             args.max_tokens

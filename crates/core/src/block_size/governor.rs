@@ -89,6 +89,10 @@ struct PooledAcceptance {
 
 /// How much older rounds still count at each new one (about the last 100 rounds matter).
 const ACCEPTANCE_DECAY: f64 = 0.99;
+/// Speculative rounds (decayed) the pooled acceptance needs before it is used: with fewer,
+/// the Laplace-smoothed rates are mostly the prior, and a session opened beside plain rounds
+/// may run only one or two speculative rounds in a short request.
+const MIN_ACCEPTANCE_ROUNDS: f64 = 16.0;
 
 impl PooledAcceptance {
     fn record(&mut self, drafted: usize, accepted: usize) {
@@ -108,10 +112,13 @@ impl PooledAcceptance {
         }
     }
 
-    /// Expected tokens a round of `block` emits; `None` before any speculative round.
+    /// Expected tokens a round of `block` emits; `None` until [`MIN_ACCEPTANCE_ROUNDS`]
+    /// speculative rounds were seen (decayed), so that no decision rests on the few rounds
+    /// of a first short request.
     fn expected_emitted(&self, block: usize) -> Option<f64> {
-        if self.counts.is_empty() {
-            return None;
+        match self.counts.first() {
+            Some(&(_, trials)) if trials >= MIN_ACCEPTANCE_ROUNDS => {}
+            _ => return None,
         }
         let (mut expected, mut reach) = (1.0, 1.0);
         for position in 1..block.min(MAX_TRACKED_BLOCK + 1) {
@@ -515,8 +522,16 @@ mod tests {
         let mut acceptance = PooledAcceptance::default();
         assert_eq!(acceptance.expected_emitted(4), None);
         acceptance.record(3, 3);
+        assert_eq!(
+            acceptance.expected_emitted(4),
+            None,
+            "one round is no evidence"
+        );
+        for _ in 0..20 {
+            acceptance.record(3, 3);
+        }
         let lucky = acceptance.expected_emitted(4).unwrap_or(0.0);
-        assert!(lucky < 2.5, "one round of 3 accepted drafts: {lucky}");
+        assert!(lucky < 3.8, "21 rounds of 3 accepted drafts: {lucky}");
         for _ in 0..500 {
             acceptance.record(3, 3);
         }
@@ -527,6 +542,43 @@ mod tests {
         }
         let fallen = acceptance.expected_emitted(4).unwrap_or(0.0);
         assert!(fallen < 1.05, "recent rounds count most: {fallen}");
+    }
+
+    #[test]
+    fn a_short_first_request_does_not_switch_speculation_off() {
+        // Plain rounds cost 50 ms; a first short request ran two speculative rounds of a
+        // 3-draft block whose first draft was rejected.
+        let governor = SpeculationGovernor::new(1, 4);
+        governor.set_active(1);
+        governor.record_open(40, ms(200.0));
+        let round = |block: usize, wall: f64, accepted: usize| GovernedRound {
+            draft: (block > 1).then(|| (block - 1, ms(15.0 * (block - 1) as f64), 1)),
+            forward: Some(ForwardCost {
+                tokens: block,
+                rows: 1,
+                time: ms(wall),
+            }),
+            verify_time: ms(wall),
+            drafted: block - 1,
+            accepted,
+        };
+        for _ in 0..6 {
+            governor.record(&round(1, 50.0, 0));
+        }
+        for _ in 0..2 {
+            governor.record(&round(4, 62.0, 0));
+        }
+        assert!(governor.worth_opening(40, 48), "two rounds are no evidence");
+        // Many rounds that never accept a draft are.
+        for _ in 0..40 {
+            governor.record(&round(4, 62.0, 0));
+        }
+        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(40, 48));
+        assert_eq!(
+            opened.count(),
+            1,
+            "declined, but for one relearning request"
+        );
     }
 
     #[test]

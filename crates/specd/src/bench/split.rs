@@ -39,19 +39,38 @@ pub struct ClientRun {
     pub chunk_gaps: Vec<Duration>,
 }
 
+/// How a split generation asks to speculate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitBlock {
+    Plain,
+    Fixed(usize),
+    /// The router's adaptive, cost-aware block size.
+    Adaptive,
+}
+
 pub async fn generate(
     router_url: &str,
     prompt_ids: &[u32],
     max_tokens: usize,
-    block_size: Option<usize>,
+    block: SplitBlock,
 ) -> Result<ClientRun> {
     let mut client = GenerationClient::connect(router_url.to_owned())
         .await
         .context("connecting to the benchmark router")?;
     let max_tokens = u32::try_from(max_tokens).context("max_tokens: exceeds 32 bits")?;
-    let speculative = SpeculativeParams {
-        block_size: block_size.map(|b| b as u32),
-        disabled: block_size.is_none(),
+    let speculative = match block {
+        SplitBlock::Plain => SpeculativeParams {
+            block_size: None,
+            disabled: true,
+        },
+        SplitBlock::Fixed(size) => SpeculativeParams {
+            block_size: Some(u32::try_from(size).context("block_size: exceeds 32 bits")?),
+            disabled: false,
+        },
+        SplitBlock::Adaptive => SpeculativeParams {
+            block_size: None,
+            disabled: false,
+        },
     };
     let request = greedy_request(prompt_ids.to_vec(), max_tokens, speculative);
     let start = Instant::now();

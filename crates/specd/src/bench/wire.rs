@@ -82,7 +82,7 @@ async fn one(
     block: usize,
 ) -> Result<(Vec<(u64, u64)>, u64)> {
     let before = read(links);
-    let run = split::generate(router, ids, max_tokens, Some(block)).await?;
+    let run = split::generate(router, ids, max_tokens, split::SplitBlock::Fixed(block)).await?;
     // Let the background release and close land in the counters.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let after = read(links);
