@@ -90,6 +90,14 @@ async fn sessions_fail_over_when_a_drafter_dies_mid_stream() {
     let want = plain_outputs(&mut client).await;
 
     let streams = start_streams(&client).await;
+    // Sessions open once each first token is out; wait for all of them.
+    for _ in 0..200 {
+        let open = survivor.live_sessions().await + victim.live_sessions().await;
+        if open as usize >= PROMPTS.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
     // Concurrent sessions spread over the pool: the victim holds some of them.
     assert!(
         victim.live_sessions().await > 0,
