@@ -394,7 +394,21 @@ async fn sweep_gguf(
                 embedded_draft_model::load(path, &device, target.vocab_size(), DEFAULT_DRAFT_VOCAB)
                     .with_context(|| format!("loading the drafter from {}", path.display()))?;
             let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
-            Some(ttft::measure(&verifier, &dm, &long, TTFT_REPS).await?)
+            let router = if args.no_split {
+                None
+            } else {
+                let engine = DraftModelEngine::load(path, &device, 16)?
+                    .with_draft_vocab(DEFAULT_DRAFT_VOCAB);
+                let drafter_url = servers::drafter(Arc::new(engine))?;
+                let local = Arc::new(LocalVerifier::new(
+                    target.clone(),
+                    VerifierLimits::default(),
+                ));
+                let verifier_url = servers::verifier(local)?;
+                let source = DraftSource::Remote(vec![drafter_url]);
+                Some(servers::router(&verifier_url, &source, target.eos_token_ids(), 4).await?)
+            };
+            Some(ttft::measure(&verifier, &dm, router.as_deref(), &long, TTFT_REPS).await?)
         }
     };
     if args.json {

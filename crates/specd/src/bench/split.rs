@@ -37,6 +37,8 @@ pub struct ClientRun {
     pub sample: RunSample,
     /// Time between consecutive chunks after the first (one chunk per round).
     pub chunk_gaps: Vec<Duration>,
+    /// From the call to the first chunk with tokens.
+    pub first_token: Option<Duration>,
 }
 
 /// How a split generation asks to speculate.
@@ -82,10 +84,12 @@ pub async fn generate(
     let mut tokens = 0;
     let mut last_chunk: Option<Instant> = None;
     let mut chunk_gaps = Vec::new();
+    let mut first_token = None;
     let mut stats = None;
     while let Some(message) = stream.message().await.context("GenerateStream")? {
         if !message.token_ids.is_empty() {
             let now = Instant::now();
+            first_token.get_or_insert(now - start);
             if let Some(last) = last_chunk {
                 chunk_gaps.push(now - last);
             }
@@ -107,5 +111,6 @@ pub async fn generate(
             ..RunSample::default()
         },
         chunk_gaps,
+        first_token,
     })
 }

@@ -1,6 +1,6 @@
 //! Time to the first token of a long prompt, plain against speculative with the draft model,
-//! in this process: a draft model opens its session by prefilling the whole prompt, which
-//! must not delay the first token.
+//! in this process and split over loopback gRPC: a draft model opens its session by
+//! prefilling the whole prompt, which must not delay the first token.
 
 use std::time::{Duration, Instant};
 
@@ -15,22 +15,26 @@ use specd_drafter::DraftModelEngine;
 use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 
 use super::costs::median;
+use super::split::{self, SplitBlock};
 use crate::embedded_drafter::EmbeddedDrafter;
 use crate::text::NoText;
 
 /// Tokens each timed request generates: enough that the drafter session opens (it does only
 /// once the first token is out and the request goes on).
 const TOKENS: usize = 4;
+/// Tokens of a split speculative request: enough that the drafter's open (its prefill of the
+/// whole prompt, in another service) ends within the request, so that it does not run on
+/// into the next measurement on the same cores.
+const SPLIT_SPECULATIVE_TOKENS: usize = 256;
 
-/// The first-token times of both modes on one prompt.
-#[derive(Debug, Clone)]
-pub struct TtftReport {
-    pub prompt_tokens: usize,
+/// The first-token times of plain and speculative decoding in one mode.
+#[derive(Debug, Clone, Copy)]
+pub struct TtftPair {
     pub plain: Duration,
     pub speculative: Duration,
 }
 
-impl TtftReport {
+impl TtftPair {
     pub fn ratio(&self) -> f64 {
         let plain = self.plain.as_secs_f64();
         if plain > 0.0 {
@@ -40,24 +44,49 @@ impl TtftReport {
         }
     }
 
-    pub fn line(&self) -> String {
-        format!(
-            "time to first token, {}-token prompt (median): plain {:.2} s, speculative \
-             (draft model) {:.2} s = {:.2}x plain",
-            self.prompt_tokens,
-            self.plain.as_secs_f64(),
-            self.speculative.as_secs_f64(),
-            self.ratio()
-        )
-    }
-
-    pub fn json(&self) -> Value {
+    fn json(&self) -> Value {
         json!({
-            "prompt_tokens": self.prompt_tokens,
             "plain_s": self.plain.as_secs_f64(),
             "speculative_s": self.speculative.as_secs_f64(),
             "speculative_over_plain": self.ratio(),
         })
+    }
+}
+
+/// The first-token times on one prompt, in this process and split.
+#[derive(Debug, Clone)]
+pub struct TtftReport {
+    pub prompt_tokens: usize,
+    pub embedded: TtftPair,
+    pub split: Option<TtftPair>,
+}
+
+impl TtftReport {
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "time to first token, {}-token prompt (median): in process, plain {:.2} s, \
+             speculative (draft model) {:.2} s = {:.2}x plain",
+            self.prompt_tokens,
+            self.embedded.plain.as_secs_f64(),
+            self.embedded.speculative.as_secs_f64(),
+            self.embedded.ratio()
+        );
+        if let Some(split) = &self.split {
+            line.push_str(&format!(
+                "; split (gRPC), plain {:.2} s, speculative {:.2} s = {:.2}x plain",
+                split.plain.as_secs_f64(),
+                split.speculative.as_secs_f64(),
+                split.ratio()
+            ));
+        }
+        line
+    }
+
+    pub fn json(&self) -> Value {
+        let mut out = self.embedded.json();
+        out["prompt_tokens"] = json!(self.prompt_tokens);
+        out["split"] = json!(self.split.as_ref().map(TtftPair::json));
+        out
     }
 }
 
@@ -79,13 +108,61 @@ impl EventSink for FirstToken {
     }
 }
 
-/// Times the first token of `prompt`, plain and speculative alternately, `reps` times each.
+/// Times the first token of `prompt`, plain and speculative alternately, `reps` times each,
+/// in this process and then, when `router_url` is given, through that router (which must
+/// draft with the draft model).
 pub async fn measure<T: TargetModel>(
+    verifier: &LocalVerifier<T>,
+    drafter: &EmbeddedDrafter<DraftModelEngine>,
+    router_url: Option<&str>,
+    prompt: &[u32],
+    reps: usize,
+) -> Result<TtftReport> {
+    let embedded = measure_embedded(verifier, drafter, prompt, reps).await?;
+    let split = match router_url {
+        Some(url) => Some(measure_split(url, prompt, reps).await?),
+        None => None,
+    };
+    Ok(TtftReport {
+        prompt_tokens: prompt.len(),
+        embedded,
+        split,
+    })
+}
+
+async fn measure_split(router_url: &str, prompt: &[u32], reps: usize) -> Result<TtftPair> {
+    let mut plain = Vec::with_capacity(reps);
+    let mut speculative = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        for spec in [false, true] {
+            let (block, tokens) = if spec {
+                (SplitBlock::Fixed(3), SPLIT_SPECULATIVE_TOKENS)
+            } else {
+                (SplitBlock::Plain, TOKENS)
+            };
+            let run = split::generate(router_url, prompt, tokens, block).await?;
+            let time = run
+                .first_token
+                .ok_or_else(|| anyhow::anyhow!("time to first token: no token was streamed"))?;
+            if spec {
+                speculative.push(time);
+            } else {
+                plain.push(time);
+            }
+        }
+    }
+    Ok(TtftPair {
+        plain: median(plain),
+        speculative: median(speculative),
+    })
+}
+
+async fn measure_embedded<T: TargetModel>(
     verifier: &LocalVerifier<T>,
     drafter: &EmbeddedDrafter<DraftModelEngine>,
     prompt: &[u32],
     reps: usize,
-) -> Result<TtftReport> {
+) -> Result<TtftPair> {
     let mut plain = Vec::with_capacity(reps);
     let mut speculative = Vec::with_capacity(reps);
     let mut id = 1_000_000;
@@ -119,8 +196,7 @@ pub async fn measure<T: TargetModel>(
             }
         }
     }
-    Ok(TtftReport {
-        prompt_tokens: prompt.len(),
+    Ok(TtftPair {
         plain: median(plain),
         speculative: median(speculative),
     })
