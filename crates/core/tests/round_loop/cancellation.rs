@@ -133,12 +133,7 @@ fn load_cap_makes_rounds_plain_and_the_drafter_catches_up() {
     .unwrap();
     assert_eq!(tokens_of(&sink.events), reference);
     assert!(finish.stats.fallback.is_none());
-    let widths: Vec<usize> = verifier
-        .log()
-        .verifies
-        .iter()
-        .map(|v| v.tokens.len())
-        .collect();
+    let widths: Vec<usize> = verifier.widths();
     assert_eq!(&widths[..8], &[4, 1, 1, 1, 2, 2, 4, 4], "{widths:?}");
     assert!(verifier.log().verifies.iter().all(|v| v.want_carry));
     let log = drafter.log();

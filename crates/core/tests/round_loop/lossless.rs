@@ -202,12 +202,7 @@ fn adaptive_block_size_grows_after_warm_up_with_a_good_drafter() {
         request(config, samplings()[0], stop),
     );
     outcome.unwrap();
-    let widths: Vec<usize> = verifier
-        .log()
-        .verifies
-        .iter()
-        .map(|v| v.tokens.len())
-        .collect();
+    let widths: Vec<usize> = verifier.widths();
     assert!(
         widths[..8].iter().all(|&w| w == 3),
         "warm-up at the configured depth: {widths:?}"

@@ -141,12 +141,7 @@ fn drafts_grow_with_the_match_over_a_copied_prompt() {
     let reference =
         reference_decode_on(Target::Repeating, &PROMPT, &samplings()[0], MAX_TOKENS, &[]);
     assert_eq!(tokens_of(&events), reference);
-    let widths: Vec<usize> = verifier
-        .log()
-        .verifies
-        .iter()
-        .map(|v| v.tokens.len())
-        .collect();
+    let widths: Vec<usize> = verifier.widths();
     // Matches of 1, then 3 (1 + 2 committed), then 7, then the full 8 drafts.
     assert_eq!(widths[..4], [2, 4, 8, 9], "{widths:?}");
     assert_eq!(finish.stats.accepted, finish.stats.drafted);
@@ -200,12 +195,7 @@ fn rounds_capped_to_plain_still_feed_the_history() {
         "{:?}",
         finish.stats.fallback
     );
-    let widths: Vec<usize> = verifier
-        .log()
-        .verifies
-        .iter()
-        .map(|v| v.tokens.len())
-        .collect();
+    let widths: Vec<usize> = verifier.widths();
     assert!(
         widths[1..5].iter().all(|&w| w == 1),
         "capped rounds: {widths:?}"

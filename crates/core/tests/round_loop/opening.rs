@@ -110,12 +110,7 @@ async fn rounds_run_plain_beside_a_slow_open_then_speculate() {
         let (first_at, _) = &sink.events[0];
         assert!(*first_at < OPEN_TIME, "{case}: first token at {first_at:?}");
         // Plain rounds ran while the session opened, then every round drafted.
-        let widths: Vec<usize> = verifier
-            .log()
-            .verifies
-            .iter()
-            .map(|v| v.tokens.len())
-            .collect();
+        let widths: Vec<usize> = verifier.widths();
         let plain = widths.iter().take_while(|&&w| w == 1).count();
         let expected_plain = (OPEN_TIME.as_millis() / VERIFY_BASE.as_millis()) as usize;
         assert!(

@@ -131,8 +131,7 @@ pub async fn measure<T: TargetModel>(
 }
 
 async fn measure_split(router_url: &str, prompt: &[u32], reps: usize) -> Result<TtftPair> {
-    let mut plain = Vec::with_capacity(reps);
-    let mut speculative = Vec::with_capacity(reps);
+    let mut samples = Samples::default();
     for _ in 0..reps {
         for spec in [false, true] {
             let (block, tokens) = if spec {
@@ -144,17 +143,10 @@ async fn measure_split(router_url: &str, prompt: &[u32], reps: usize) -> Result<
             let time = run
                 .first_token
                 .ok_or_else(|| anyhow::anyhow!("time to first token: no token was streamed"))?;
-            if spec {
-                speculative.push(time);
-            } else {
-                plain.push(time);
-            }
+            samples.push(spec, time);
         }
     }
-    Ok(TtftPair {
-        plain: median(plain),
-        speculative: median(speculative),
-    })
+    Ok(samples.pair())
 }
 
 async fn measure_embedded<T: TargetModel>(
@@ -163,8 +155,7 @@ async fn measure_embedded<T: TargetModel>(
     prompt: &[u32],
     reps: usize,
 ) -> Result<TtftPair> {
-    let mut plain = Vec::with_capacity(reps);
-    let mut speculative = Vec::with_capacity(reps);
+    let mut samples = Samples::default();
     let mut id = 1_000_000;
     for _ in 0..reps {
         for spec in [false, true] {
@@ -189,17 +180,34 @@ async fn measure_embedded<T: TargetModel>(
             } else {
                 first_token::<T, EmbeddedDrafter<DraftModelEngine>>(verifier, None, request).await?
             };
-            if spec {
-                speculative.push(time);
-            } else {
-                plain.push(time);
-            }
+            samples.push(spec, time);
         }
     }
-    Ok(TtftPair {
-        plain: median(plain),
-        speculative: median(speculative),
-    })
+    Ok(samples.pair())
+}
+
+/// First-token times of one mode, plain and speculative.
+#[derive(Default)]
+struct Samples {
+    plain: Vec<Duration>,
+    speculative: Vec<Duration>,
+}
+
+impl Samples {
+    fn push(&mut self, speculative: bool, time: Duration) {
+        if speculative {
+            self.speculative.push(time);
+        } else {
+            self.plain.push(time);
+        }
+    }
+
+    fn pair(self) -> TtftPair {
+        TtftPair {
+            plain: median(self.plain),
+            speculative: median(self.speculative),
+        }
+    }
 }
 
 async fn first_token<T: TargetModel, D: Drafter<Carry = TargetCarry>>(

@@ -80,6 +80,11 @@ impl TableVerifier {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The width (bonus plus drafts) of every verify so far, in order.
+    pub fn widths(&self) -> Vec<usize> {
+        self.log().verifies.iter().map(|v| v.tokens.len()).collect()
+    }
+
     fn prefill_now(&self, request: PrefillRequest) -> Result<Prefilled<Carry>, TableVerifierError> {
         let mut log = self.log();
         log.prefills.push(request.clone());
