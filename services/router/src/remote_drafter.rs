@@ -104,6 +104,14 @@ impl<'a> RemoteSession<'a> {
         }
     }
 
+    /// Marks the request ended, so that an open still in flight closes its session when it
+    /// answers; returns the sessions opened but not yet claimed, to be closed now.
+    fn end_opening(&self) -> Vec<(DrafterClient<Channel>, u64)> {
+        let mut opening = lock_opening(&self.opening);
+        opening.ended = true;
+        std::mem::take(&mut opening.unclaimed)
+    }
+
     /// The request takes over an opened session (it is then closed through `state`).
     fn claim(&self, session_id: u64) {
         lock_opening(&self.opening)
@@ -502,6 +510,12 @@ impl Drafter for RemoteSession<'_> {
     }
 
     async fn close(&self, _session: SessionId) -> Result<(), RemoteError> {
+        // A request may end while its session is still opening (the open runs beside its
+        // first rounds): that session is closed when its open answers, or now if it has.
+        let unclaimed = self.end_opening();
+        for (client, session_id) in unclaimed {
+            close_call(client, session_id).await;
+        }
         // The session stays known until the call has answered: if this future is dropped
         // meanwhile (a deadline, a cancelled client), `close_detached` still closes it.
         let (lease, session_id) = {
@@ -528,11 +542,7 @@ impl Drafter for RemoteSession<'_> {
             let mut state = self.state();
             (state.lease.take(), state.session_id.take())
         };
-        let mut open: Vec<(DrafterClient<Channel>, u64)> = {
-            let mut opening = lock_opening(&self.opening);
-            opening.ended = true;
-            std::mem::take(&mut opening.unclaimed)
-        };
+        let mut open = self.end_opening();
         if let (Some(lease), Some(session_id)) = (lease, session_id) {
             open.push((lease.client(), session_id));
         }
