@@ -131,8 +131,6 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     pending_committed: Vec<u32>,
     /// The governor judged speculation not worth a drafter session for this request.
     declined: bool,
-    /// The drafter session is being opened: rounds run plain until it is ready.
-    opening: bool,
 }
 
 /// A drafter session's open in flight.
@@ -183,7 +181,6 @@ where
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
             declined: false,
-            opening: false,
         }
     }
 
@@ -259,7 +256,6 @@ where
             sampling: self.request.sampling,
             carry,
         });
-        self.opening = true;
         Some(Opening {
             future: Box::pin(future),
             started: self.clock.now(),
@@ -273,17 +269,16 @@ where
         if let Some(open) = opening.as_mut() {
             let polled = std::future::poll_fn(|cx| Poll::Ready(open.future.as_mut().poll(cx)));
             if let Poll::Ready(outcome) = polled.await {
-                let started = open.started;
+                self.opened(outcome, open.started);
                 *opening = None;
-                self.opened(outcome, started);
             }
         }
         let Some(open) = opening.as_mut() else {
-            return observe::round(self.round, self.round()).await;
+            return observe::round(self.round, self.round(false)).await;
         };
         let mut opened = None;
         let step = {
-            let mut round = std::pin::pin!(observe::round(self.round, self.round()));
+            let mut round = std::pin::pin!(observe::round(self.round, self.round(true)));
             std::future::poll_fn(|cx| {
                 // Driven beside the round, for drafters whose open progresses only when polled.
                 if opened.is_none() {
@@ -295,12 +290,13 @@ where
             })
             .await
         };
+        let done = opened.is_some();
         if let Some(outcome) = opened {
-            let started = open.started;
-            *opening = None;
-            self.opened(outcome, started);
-        } else if self.drafter.is_none() {
-            // Speculation ended during the open (its session is already being closed).
+            self.opened(outcome, open.started);
+        }
+        // Speculation may also have ended during the open (its session is then already
+        // being closed).
+        if done || self.drafter.is_none() {
             *opening = None;
         }
         step
@@ -308,7 +304,6 @@ where
 
     /// Books the outcome of the drafter session's open.
     fn opened(&mut self, outcome: Result<(), D::Error>, started: std::time::Instant) {
-        self.opening = false;
         match outcome {
             Ok(()) => {
                 if let Some(governor) = self.control.governor() {
@@ -320,8 +315,9 @@ where
         }
     }
 
-    /// One draft / verify / emit round; returns the finish reason once generation ends.
-    async fn round(&mut self) -> Step<V::Error> {
+    /// One draft / verify / emit round; returns the finish reason once generation ends. A
+    /// round while the drafter session is `opening` is plain.
+    async fn round(&mut self, opening: bool) -> Step<V::Error> {
         if self.control.is_cancelled() {
             return Ok(Some(FinishReason::Cancelled));
         }
@@ -339,7 +335,7 @@ where
             (set, governed) => set.or(governed),
         };
         self.controller.set_cap(cap);
-        let block_size = if self.opening {
+        let block_size = if opening {
             1
         } else {
             self.plan_block(budget + 1)
@@ -529,7 +525,6 @@ where
         });
         self.controller.disable();
         self.drafter = None;
-        self.opening = false;
         self.pending_carries.clear();
         self.pending_committed.clear();
         self.cleanup.detach_session();
