@@ -57,11 +57,7 @@ pub trait CausalLm: Send + Sync + 'static {
     fn logits(&self, hidden: &Tensor) -> Result<Tensor>;
     /// The greedy token of each hidden state (the lowest id among equal logits).
     fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
-        let logits = self
-            .logits(hidden)?
-            .to_dtype(candle_core::DType::F32)?
-            .to_vec2::<f32>()?;
-        Ok(logits.iter().map(|row| greedy_token(row)).collect())
+        self.argmax_below(hidden, self.vocab_size())
     }
     /// [`Self::argmax`] among the ids below `below` only (a drafter's restricted vocabulary);
     /// `below` is clamped to `1..=vocab`.
@@ -70,9 +66,10 @@ pub trait CausalLm: Send + Sync + 'static {
             .logits(hidden)?
             .to_dtype(candle_core::DType::F32)?
             .to_vec2::<f32>()?;
+        let below = below.clamp(1, self.vocab_size());
         Ok(logits
             .iter()
-            .map(|row| greedy_token(&row[..below.clamp(1, row.len().max(1)).min(row.len())]))
+            .map(|row| greedy_token(&row[..below.min(row.len())]))
             .collect())
     }
     /// Keeps the first `len` positions of the cache.

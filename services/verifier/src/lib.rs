@@ -16,4 +16,4 @@ pub use carry::TargetCarry;
 pub use error::VerifierError;
 pub use local::{LocalVerifier, VerifierLimits};
 pub use target::{Gemma4Target, LmTarget, Qwen2Target, TargetModel, MAX_ROLLBACK};
-pub use verify_block::{head_tokens, HeadRows};
+pub use verify_block::{block_tokens, head_tokens, HeadRows};

@@ -17,7 +17,7 @@ use crate::admission::{Admissions, KvBudget, Reservation};
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
 use crate::target::{TargetModel, MAX_ROLLBACK};
-use crate::verify_block::{accept_and_rollback, head_tokens, token_from_hidden, HeadRows};
+use crate::verify_block::{accept_and_rollback, block_tokens, token_from_hidden, HeadRows};
 
 /// Capacity limits of a verifier.
 #[derive(Debug, Clone, Copy)]
@@ -381,18 +381,14 @@ impl<T: TargetModel> LocalVerifier<T> {
                 return Err(e);
             }
         };
-        let targets = head_tokens(
+        let targets = block_tokens(
             &*self.target,
-            &[HeadRows {
+            HeadRows {
                 hidden: &hidden,
                 sampling: &seq.sampling,
                 output_index_base: request.output_index_base,
-            }],
-        )
-        .and_then(|mut rows| {
-            rows.pop()
-                .ok_or_else(|| VerifierError::Forward("the LM head returned no row".into()))
-        });
+            },
+        );
         let targets = match targets {
             Ok(targets) => targets,
             Err(e) => {

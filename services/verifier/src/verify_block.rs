@@ -84,6 +84,16 @@ fn stacked(blocks: &[HeadRows<'_>], chosen: &[usize]) -> Result<Tensor, Verifier
     Ok(Tensor::cat(&parts, 0)?)
 }
 
+/// [`head_tokens`] of one sequence's block.
+pub fn block_tokens<T: TargetModel>(
+    target: &T,
+    block: HeadRows<'_>,
+) -> Result<Vec<u32>, VerifierError> {
+    head_tokens(target, &[block])?
+        .pop()
+        .ok_or_else(|| VerifierError::Forward("the LM head returned no row".into()))
+}
+
 /// The target's token after one position (`hidden`: `[1, hidden]`), at `output_index`.
 pub fn token_from_hidden<T: TargetModel>(
     target: &T,
@@ -91,17 +101,15 @@ pub fn token_from_hidden<T: TargetModel>(
     sampling: &SamplingParams,
     output_index: u64,
 ) -> Result<u32, VerifierError> {
-    head_tokens(
-        target,
-        &[HeadRows {
-            hidden,
-            sampling,
-            output_index_base: output_index,
-        }],
-    )?
-    .pop()
-    .and_then(|tokens| tokens.first().copied())
-    .ok_or_else(|| VerifierError::Forward("the LM head returned no token".into()))
+    let block = HeadRows {
+        hidden,
+        sampling,
+        output_index_base: output_index,
+    };
+    block_tokens(target, block)?
+        .first()
+        .copied()
+        .ok_or_else(|| VerifierError::Forward("the LM head returned no token".into()))
 }
 
 /// The outcome of a verify round for one sequence.

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use specd_core::SamplingParams;
 use specd_models::qwen2::Qwen2Model;
-use specd_verifier::{head_tokens, HeadRows, TargetModel};
+use specd_verifier::{block_tokens, HeadRows, TargetModel};
 
 /// Median step times, and the costs relative to one target decode step.
 #[derive(Debug, Clone)]
@@ -106,13 +106,13 @@ pub fn measure_target<T: TargetModel>(
             let rows = hidden
                 .first()
                 .ok_or_else(|| anyhow::anyhow!("the target returned no hidden states"))?;
-            head_tokens(
+            block_tokens(
                 target,
-                &[HeadRows {
+                HeadRows {
                     hidden: rows,
                     sampling: &greedy,
                     output_index_base: 0,
-                }],
+                },
             )?;
             let elapsed = start.elapsed();
             target.truncate(&mut cache, base)?;
