@@ -148,17 +148,15 @@ impl<D: Drafter> HybridDrafter<D> {
         // A panic mid-update leaves at worst a partly indexed history or a partial backlog:
         // the inner drafter then rejects its `committed_len` and the request goes on plain.
         let mut state = entry.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = state.index.tokens().len();
-        let sent = committed_tokens.len();
-        if held.checked_add(sent) != Some(committed_len) {
-            return Err(HybridDrafterError::CommittedLenMismatch {
+        state
+            .index
+            .append_committed(&committed_tokens, committed_len)
+            .map_err(|held| HybridDrafterError::CommittedLenMismatch {
                 session,
                 committed_len,
                 held,
-                sent,
-            });
-        }
-        state.index.extend(&committed_tokens);
+                sent: committed_tokens.len(),
+            })?;
         state.carries.extend(carries);
         state.committed.extend(committed_tokens);
         let streak_left = state.carries.len() <= MAX_SKIPPED_ROUNDS;

@@ -77,17 +77,14 @@ impl<C> NgramDrafter<C> {
         // A panic mid-append leaves at worst a partly indexed history: drafts may get worse,
         // output never changes.
         let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = index.tokens().len();
-        let sent = request.committed_tokens.len();
-        if held.checked_add(sent) != Some(request.committed_len) {
-            return Err(NgramDrafterError::CommittedLenMismatch {
+        index
+            .append_committed(&request.committed_tokens, request.committed_len)
+            .map_err(|held| NgramDrafterError::CommittedLenMismatch {
                 session,
                 committed_len: request.committed_len,
                 held,
-                sent,
-            });
-        }
-        index.extend(&request.committed_tokens);
+                sent: request.committed_tokens.len(),
+            })?;
         let drafts = index.propose(request.bonus, request.count, &self.config);
         trace!(%session, round = request.round, drafted = drafts.len(), "ngram drafts");
         Ok(drafts)

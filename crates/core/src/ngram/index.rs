@@ -37,6 +37,21 @@ impl SuffixIndex {
         &self.tokens
     }
 
+    /// Appends the tokens a round committed when they bring the index to `committed_len`;
+    /// otherwise leaves it as it is and returns how many tokens it holds.
+    pub fn append_committed(
+        &mut self,
+        committed: &[u32],
+        committed_len: usize,
+    ) -> Result<(), usize> {
+        let held = self.tokens.len();
+        if held.checked_add(committed.len()) != Some(committed_len) {
+            return Err(held);
+        }
+        self.extend(committed);
+        Ok(())
+    }
+
     /// Appends `tokens`.
     ///
     /// Past 2^31 or so tokens (far beyond any context) the automaton stops growing and
