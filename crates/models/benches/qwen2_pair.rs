@@ -12,9 +12,8 @@ mod qwen2_support;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use specd_models::qwen2::{
-    Backend, ChatMessage, ChatTemplate, GgufFile, KvCache, LoadOptions, Qwen2Model, Qwen2Tokenizer,
-};
+use specd_models::qwen2::{Backend, GgufFile, KvCache, LoadOptions, Qwen2Model};
+use specd_text::{ChatMessage, ChatTemplate, GgufTokenizer};
 
 const REPEATS: usize = 9;
 
@@ -133,7 +132,7 @@ fn main() {
     println!("Qwen2.5-Coder pair on CPU ({threads} threads, {kernels} kernels), median of {REPEATS} runs");
 
     let gguf = GgufFile::open(&target_path).unwrap();
-    let tokenizer = Qwen2Tokenizer::from_gguf_metadata(gguf.metadata()).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf_metadata(gguf.metadata()).unwrap();
     let template = ChatTemplate::from_gguf_metadata(gguf.metadata()).unwrap();
     let messages = [ChatMessage::user(
         "Write a Python function that checks whether a string is a palindrome.",

@@ -8,16 +8,15 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::{Device, Tensor};
 use qwen2_support::{argmax_rows, compare, real_pair};
-use specd_models::qwen2::{
-    ChatMessage, ChatTemplate, GgufFile, Qwen2Model, Qwen2Tokenizer, QWEN2_5_CHAT_TEMPLATE,
-};
+use specd_models::qwen2::{GgufFile, Qwen2Model};
+use specd_text::{ChatMessage, ChatTemplate, GgufTokenizer, QWEN2_5_CHAT_TEMPLATE};
 
 const IM_START: u32 = 151644;
 const IM_END: u32 = 151645;
 const ENDOFTEXT: u32 = 151643;
 
-fn tokenizer(path: &Path) -> Qwen2Tokenizer {
-    Qwen2Tokenizer::from_gguf_metadata(GgufFile::open(path).unwrap().metadata()).unwrap()
+fn tokenizer(path: &Path) -> GgufTokenizer {
+    GgufTokenizer::from_gguf_metadata(GgufFile::open(path).unwrap().metadata()).unwrap()
 }
 
 #[test]

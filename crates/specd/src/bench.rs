@@ -33,8 +33,9 @@ use self::prompts::Prompt;
 use self::report::ModeResult;
 use crate::device::{DTypeArg, DeviceArg};
 use crate::generate::EmbeddedDraft;
-use crate::text::{GgufText, TextTokenizer};
+use crate::text::{dir_text, gguf_text, PromptText};
 use crate::{embedded_draft_model, embedded_mtp};
+use specd_text::TargetText;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -174,8 +175,8 @@ fn drafter_path(args: &BenchArgs) -> Result<&PathBuf> {
 async fn run_gemma(args: &BenchArgs) -> Result<()> {
     let device = args.device.device()?;
     let dtype = args.dtype.dtype();
-    let tokenizer = TextTokenizer::from_dir(&args.target)?;
-    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode(s));
+    let tokenizer = dir_text(&args.target)?;
+    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode_raw(s));
     let prompts = load_prompts(
         args,
         encode
@@ -222,11 +223,11 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
 
 async fn run_gguf(args: &BenchArgs) -> Result<()> {
     let device = args.device.device()?;
-    let text = GgufText::for_model(&args.target)?;
-    let encode = |s: &str| text.encode_chat(s);
+    let text = gguf_text(&args.target)?;
+    let encode = |s: &str| text.encode_user(s);
     let prompts = load_prompts(args, Some(&encode))?;
     let target = Arc::new(
-        Qwen2Target::load(&args.target, &device, text.eos_token_ids())
+        Qwen2Target::load(&args.target, &device, text.eos_token_ids().to_vec())
             .with_context(|| format!("loading the target from {}", args.target.display()))?,
     );
     let vocab = target.vocab_size();
@@ -292,7 +293,7 @@ const COST_REPS: usize = 7;
 /// The draft-count sweep on a GGUF target: draft-model and/or n-gram drafters.
 async fn sweep_gguf(
     args: &BenchArgs,
-    text: &GgufText,
+    text: &TargetText,
     target: Arc<Qwen2Target>,
     prompts: Vec<Prompt>,
     counts: &[usize],
@@ -384,7 +385,7 @@ async fn sweep_gguf(
     .await?;
     let texts: Vec<String> = prompts
         .iter()
-        .map(|p| text.render_chat(&p.label).unwrap_or_default())
+        .map(|p| text.render_user(&p.label).unwrap_or_default())
         .collect();
     let ttft = match (args.ttft_tokens, &args.drafter) {
         (0, _) | (_, None) => None,

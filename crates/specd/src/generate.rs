@@ -22,8 +22,9 @@ use specd_verifier::{
 use crate::device::{DTypeArg, DeviceArg};
 use crate::embedded_drafter::EmbeddedDrafter;
 use crate::speed::{DecodeSpeed, ProbedVerifier};
-use crate::text::{GgufText, NoText, TextTokenizer};
+use crate::text::{dir_text, gguf_text, PromptText};
 use crate::{embedded_draft_model, embedded_mtp};
+use specd_text::TargetText;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -223,16 +224,16 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
 /// lookup or an independent draft model.
 fn run_gguf(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
-    let text = GgufText::for_model(&args.target)?;
+    let text = gguf_text(&args.target)?;
     let encode = |s: &str| {
         if args.raw_prompt {
             text.encode_raw(s)
         } else {
-            text.encode_chat(s)
+            text.encode_user(s)
         }
     };
     let prompt_ids = prompt_ids_from(&args, Some(&encode))?;
-    let target = Qwen2Target::load(&args.target, &device, text.eos_token_ids())
+    let target = Qwen2Target::load(&args.target, &device, text.eos_token_ids().to_vec())
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let vocab = specd_verifier::TargetModel::vocab_size(&target);
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
@@ -259,8 +260,8 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
 /// A safetensors (Gemma 4) target directory.
 fn run_safetensors(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
-    let tokenizer = TextTokenizer::from_dir(&args.target)?;
-    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode(s));
+    let tokenizer = dir_text(&args.target)?;
+    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode_raw(s));
     let prompt_ids = prompt_ids_from(
         &args,
         encode
@@ -290,7 +291,7 @@ fn run_safetensors(args: GenerateArgs) -> Result<()> {
     let has_text = tokenizer.is_some();
     let detokenizer: Box<dyn Detokenizer> = match tokenizer {
         Some(t) => Box::new(t),
-        None => Box::new(NoText),
+        None => Box::new(TargetText::without_tokenizer(Vec::new())),
     };
     generate_with(
         &args,

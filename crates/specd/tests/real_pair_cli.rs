@@ -186,20 +186,26 @@ async fn generate_via(
     client.generate(request).await.unwrap().into_inner()
 }
 
+/// A verifier of `target` and a drafter service of `drafter`.
+fn pair_services(target: &Path, drafter: &Path) -> (Service, Service) {
+    let verifier = Service::start(&["verifier", "--target", text(target)]);
+    let drafter = Service::start(&[
+        "drafter",
+        "--drafter",
+        text(drafter),
+        "--target",
+        text(target),
+    ]);
+    (verifier, drafter)
+}
+
 #[tokio::test]
 async fn split_services_on_the_real_pair_speculate_losslessly() {
     let Some((target, drafter)) = pair() else {
         return;
     };
     // One verifier shared by a draft-model router and an n-gram router.
-    let verifier = Service::start(&["verifier", "--target", text(&target)]);
-    let drafter = Service::start(&[
-        "drafter",
-        "--drafter",
-        text(&drafter),
-        "--target",
-        text(&target),
-    ]);
+    let (verifier, drafter) = pair_services(&target, &drafter);
     let routed = |extra: &[&str]| {
         let mut args = vec![
             "router",
@@ -292,6 +298,51 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
     let stats = response.stats.unwrap();
     assert_eq!(stats.drafted, 0, "a drafter of another vocabulary was used");
     assert!(stats.plain_rounds > 0, "{stats:?}");
+}
+
+#[tokio::test]
+async fn openai_chat_on_the_real_pair_is_the_templated_prompt() {
+    let Some((target, drafter)) = pair() else {
+        return;
+    };
+    let (verifier, drafter) = pair_services(&target, &drafter);
+    let (router, http) = Service::router_with_http(&[
+        "--verifier",
+        &verifier.url,
+        "--drafters",
+        &drafter.url,
+        "--target",
+        text(&target),
+    ]);
+    let mut grpc = GenerationClient::new(router.channel().await);
+    let user = "Write a Python function that checks whether a string is a palindrome.";
+    // The Qwen template adds its default system turn, as chat() writes it.
+    let by_text = generate_via(&mut grpc, request(&chat(user), 0.0, 0, Some(4))).await;
+    let body = serde_json::json!({
+        "model": TARGET,
+        "messages": [{"role": "user", "content": user}],
+        "max_tokens": 40,
+        "temperature": 0,
+        "specd": {"block_size": 4},
+    });
+    let http = http.clone();
+    let (status, answer) = tokio::task::spawn_blocking(move || {
+        served::http_post(&http, "/v1/chat/completions", &body)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        by_text.text.as_str()
+    );
+    assert!(!by_text.text.contains("<|im_end|>"));
+    let stats = by_text.stats.unwrap();
+    assert_eq!(answer["usage"]["prompt_tokens"], stats.prompt_tokens);
+    assert!(
+        answer["specd"]["accepted"].as_u64().unwrap() > 0,
+        "{answer}"
+    );
 }
 
 /// A GGUF holding only the metadata and token embedding a vocabulary check reads.

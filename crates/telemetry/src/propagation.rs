@@ -59,6 +59,27 @@ pub fn server_span(request: &http::Request<()>) -> Span {
     span
 }
 
+/// The server span of one HTTP request (the router's OpenAI-compatible API), named after its
+/// route, child of the caller's span when the request carries W3C trace context.
+pub fn http_server_span(method: &http::Method, route: &str, headers: &http::HeaderMap) -> Span {
+    let span = tracing::info_span!(
+        "http",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+    );
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&HeaderExtractor(headers))
+    });
+    if parent.span().span_context().is_valid() {
+        if let Err(error) = span.set_parent(parent) {
+            tracing::debug!(%error, "could not attach the caller's trace context");
+        }
+    }
+    span
+}
+
 /// The span context of the current span: what a batched row keeps so the batch's span can
 /// link back to the round that sent it. Invalid when tracing is off.
 pub fn current_span_context() -> SpanContext {

@@ -39,8 +39,8 @@ pub mod generation {
         Generation, GenerationServer, SERVICE_NAME as GENERATION_SERVICE_NAME,
     };
     pub use crate::pb::{
-        FinishReason, GenerateRequest, GenerateResponse, GenerateStreamResponse, GenerationStats,
-        SamplingParams, SpeculativeParams, TokenIds,
+        ChatMessage, ChatMessages, FinishReason, GenerateRequest, GenerateResponse,
+        GenerateStreamResponse, GenerationStats, SamplingParams, SpeculativeParams, TokenIds,
     };
 }
 

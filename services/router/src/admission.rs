@@ -90,6 +90,10 @@ impl Admission {
     }
 
     /// Stops admitting requests; those running go on.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
     pub(crate) fn start_drain(&self) {
         self.draining.store(true, Ordering::Release);
     }

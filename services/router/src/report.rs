@@ -7,7 +7,7 @@ use std::time::Instant;
 use specd_core::{Detokenizer, Finish, FinishReason as CoreFinish, TokenDelta};
 use specd_wire::generation::{FinishReason, GenerationStats};
 
-use crate::text::TargetText;
+use specd_text::TargetText;
 
 /// Everything a request emitted so far.
 #[derive(Debug, Default)]

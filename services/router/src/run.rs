@@ -19,8 +19,8 @@ use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
-use crate::text::TargetText;
 use crate::validate::{BlockChoice, Plan};
+use specd_text::TargetText;
 
 /// Everything requests share.
 pub struct RouterState {
@@ -114,7 +114,7 @@ impl RouterState {
             sampling: plan.sampling,
             stop: StopConditions {
                 max_tokens: plan.max_tokens,
-                eos_token_ids: self.text.eos_token_ids().to_vec(),
+                eos_token_ids: plan.eos_token_ids.clone(),
                 ignore_eos: plan.ignore_eos,
                 stop_token_ids: Vec::new(),
                 stop_strings: plan.stop.clone(),

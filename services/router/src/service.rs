@@ -23,8 +23,8 @@ use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
 use crate::report::RequestFacts;
 use crate::run::{RequestScope, RouterState};
 use crate::sink::{CollectSink, StreamSink};
-use crate::text::TargetText;
 use crate::validate::{plan, Plan};
+use specd_text::TargetText;
 
 /// Messages buffered per stream before the round loop waits for the client.
 const STREAM_BUFFER: usize = 16;
@@ -127,14 +127,18 @@ impl GenerationService {
     /// What the unary and streaming calls share: the deadline, validation, admission.
     fn prepare(&self, request: Request<GenerateRequest>) -> Result<Prepared, Status> {
         let started = Instant::now();
-        let state = &self.state;
         let deadline = request_deadline(request.metadata(), started)?;
-        let plan = plan(
-            request.into_inner(),
-            &state.limits,
-            &state.config,
-            &state.text,
-        )?;
+        self.prepare_at(request.into_inner(), started, deadline)
+    }
+
+    fn prepare_at(
+        &self,
+        request: GenerateRequest,
+        started: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Prepared, Status> {
+        let state = &self.state;
+        let plan = plan(request, &state.limits, &state.config, &state.text)?;
         let admitted = state.admission.admit()?;
         let resyncs = Arc::new(AtomicU32::new(0));
         let facts = RequestFacts {
@@ -202,12 +206,46 @@ impl Generation for GenerationService {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStreamStream>, Status> {
-        let Prepared {
+        let prepared = self.prepare(request)?;
+        Ok(Response::new(ReceiverStream::new(self.stream(prepared))))
+    }
+}
+
+impl GenerationService {
+    /// Validates, admits and starts `request` as a stream of messages, as GenerateStream
+    /// does: the HTTP API's way in. Dropping the receiver cancels the request.
+    pub(crate) fn start_stream(
+        &self,
+        request: GenerateRequest,
+        deadline: Option<Instant>,
+    ) -> Result<mpsc::Receiver<Result<GenerateStreamResponse, Status>>, Status> {
+        let prepared = self.prepare_at(request, Instant::now(), deadline)?;
+        Ok(self.stream(prepared))
+    }
+
+    /// Whether the verifier answers Stats within `wait`.
+    pub(crate) async fn verifier_reachable(&self, wait: Duration) -> bool {
+        let mut client = self.state.verifier.clone();
+        matches!(
+            tokio::time::timeout(wait, client.stats(VerifierStatsRequest {})).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Whether the router is draining (refusing new requests).
+    pub(crate) fn is_draining(&self) -> bool {
+        self.state.admission.is_draining()
+    }
+
+    fn stream(
+        &self,
+        Prepared {
             plan,
             facts,
             scope,
             admitted,
-        } = self.prepare(request)?;
+        }: Prepared,
+    ) -> mpsc::Receiver<Result<GenerateStreamResponse, Status>> {
         let state = self.state.clone();
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let active = ActiveRequest::start();
@@ -232,6 +270,6 @@ impl Generation for GenerationService {
             }
             .instrument(call_span),
         );
-        Ok(Response::new(ReceiverStream::new(receiver)))
+        receiver
     }
 }

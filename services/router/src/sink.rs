@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::report::{RequestFacts, Transcript};
-use crate::text::TargetText;
+use specd_text::TargetText;
 
 /// Collects a unary request's output.
 #[derive(Default)]

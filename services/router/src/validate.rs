@@ -4,11 +4,12 @@ use std::hash::{BuildHasher, RandomState};
 
 use specd_core::sampling::mix64;
 use specd_core::SamplingParams;
-use specd_wire::generation::{generate_request, GenerateRequest};
+use specd_text::ChatMessage;
+use specd_wire::generation::{generate_request, ChatMessages, GenerateRequest};
 use tonic::Status;
 
 use crate::config::{RouterConfig, TargetLimits};
-use crate::text::TargetText;
+use specd_text::TargetText;
 
 /// How a request wants its block size chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +26,9 @@ pub enum BlockChoice {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub prompt_ids: Vec<u32>,
+    /// Ids that end the completion as end of sequence: the target's, and for a chat request
+    /// also the chat format's end-of-turn token.
+    pub eos_token_ids: Vec<u32>,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     /// `max_tokens` was cut to the room the context leaves, so reaching it is a context
@@ -42,7 +46,8 @@ pub fn plan(
     config: &RouterConfig,
     text: &TargetText,
 ) -> Result<Plan, Status> {
-    let (prompt_ids, prompt_field) = prompt_ids(request.input, limits, text)?;
+    let prompt = prompt_ids(request.input, limits, text)?;
+    let (prompt_ids, prompt_field) = (prompt.ids, prompt.field);
     let sampling = sampling(request.sampling.as_ref())?;
     if let Some(i) = request.stop.iter().position(String::is_empty) {
         return Err(Status::invalid_argument(format!(
@@ -102,6 +107,7 @@ pub fn plan(
     };
     Ok(Plan {
         prompt_ids,
+        eos_token_ids: prompt.eos_token_ids,
         sampling,
         max_tokens,
         context_capped,
@@ -111,15 +117,23 @@ pub fn plan(
     })
 }
 
+/// A request's prompt as token ids, with the field it came from.
+struct Prompt {
+    ids: Vec<u32>,
+    field: &'static str,
+    eos_token_ids: Vec<u32>,
+}
+
 fn prompt_ids(
     input: Option<generate_request::Input>,
     limits: &TargetLimits,
     text: &TargetText,
-) -> Result<(Vec<u32>, &'static str), Status> {
+) -> Result<Prompt, Status> {
+    let mut eos_token_ids = text.eos_token_ids().to_vec();
     let (ids, field) = match input {
         None => {
             return Err(Status::invalid_argument(
-                "input: set either prompt or prompt_ids",
+                "input: set one of prompt, prompt_ids or messages",
             ))
         }
         Some(generate_request::Input::PromptIds(ids)) => (ids.ids, "prompt_ids"),
@@ -127,15 +141,29 @@ fn prompt_ids(
             if prompt.is_empty() {
                 return Err(Status::invalid_argument("prompt: must not be empty"));
             }
+            if !text.has_tokenizer() {
+                return Err(Status::invalid_argument(
+                    "prompt: this router has no tokenizer; send prompt_ids instead",
+                ));
+            }
             let ids = text
                 .encode(&prompt)
-                .ok_or_else(|| {
-                    Status::invalid_argument(
-                        "prompt: this router has no tokenizer; send prompt_ids instead",
-                    )
-                })?
                 .map_err(|e| Status::invalid_argument(format!("prompt: {e}")))?;
             (ids, "prompt")
+        }
+        Some(generate_request::Input::Messages(chat)) => {
+            let messages = chat_messages(chat)?;
+            if !text.has_chat_template() {
+                return Err(Status::invalid_argument(
+                    "messages: this router's target has no tokenizer and chat template; send \
+                     prompt or prompt_ids instead",
+                ));
+            }
+            let ids = text
+                .encode_chat(&messages)
+                .map_err(|e| Status::invalid_argument(format!("messages: {e}")))?;
+            eos_token_ids = text.end_of_turn_ids().to_vec();
+            (ids, "messages")
         }
     };
     if ids.is_empty() {
@@ -150,7 +178,32 @@ fn prompt_ids(
             ids[i]
         )));
     }
-    Ok((ids, field))
+    Ok(Prompt {
+        ids,
+        field,
+        eos_token_ids,
+    })
+}
+
+/// The conversation, each turn checked: at least one, every role named.
+fn chat_messages(chat: ChatMessages) -> Result<Vec<ChatMessage>, Status> {
+    if chat.messages.is_empty() {
+        return Err(Status::invalid_argument(
+            "messages: the conversation must have at least one message",
+        ));
+    }
+    chat.messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, message)| {
+            if message.role.trim().is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "messages[{i}].role: must not be empty"
+                )));
+            }
+            Ok(ChatMessage::new(message.role, message.content))
+        })
+        .collect()
 }
 
 /// The request's sampling with the defaults filled in: greedy, no nucleus, no top-k, and a

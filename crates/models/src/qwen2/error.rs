@@ -1,5 +1,4 @@
-//! Errors of the Qwen2 model, tokenizer and chat template; each names the file, field or
-//! tensor at fault.
+//! Errors of the Qwen2 model; each names the file, field or tensor at fault.
 
 use std::path::PathBuf;
 
@@ -66,10 +65,6 @@ pub enum Qwen2Error {
         hidden_size: usize,
         found: Vec<usize>,
     },
-    #[error("tokenizer: {context}: {message}")]
-    Tokenizer { context: String, message: String },
-    #[error("chat template: {0}")]
-    Template(#[from] minijinja::Error),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
@@ -81,13 +76,6 @@ impl Qwen2Error {
         Self::InvalidField {
             field: field.to_string(),
             message: message.into(),
-        }
-    }
-
-    pub(crate) fn tokenizer(context: impl Into<String>, source: impl std::fmt::Display) -> Self {
-        Self::Tokenizer {
-            context: context.into(),
-            message: source.to_string(),
         }
     }
 }

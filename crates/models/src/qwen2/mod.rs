@@ -8,22 +8,17 @@
 //!   bit-identical whether its tokens run one at a time, as one block, beside other rows in a
 //!   batch or in a prefill chunk. Other devices run on candle.
 //! - [`KvCache::truncate`] rolls a sequence back after rejected draft tokens.
-//! - [`Qwen2Tokenizer`] and [`ChatTemplate`] turn chat messages into token ids.
 
 mod cache;
 mod candle;
-mod chat_template;
 mod config;
 mod engine;
 mod error;
 mod gguf;
 mod model;
-mod tokenizer;
 
 pub use cache::KvCache;
-pub use chat_template::{ChatMessage, ChatTemplate, QWEN2_5_CHAT_TEMPLATE};
 pub use config::{Qwen2Config, ARCHITECTURE};
 pub use error::{Qwen2Error, Result};
 pub use gguf::{GgufFile, RawTensor};
 pub use model::{Backend, BlockRow, EngineInfo, LoadOptions, Qwen2Model, PREFILL_CHUNK};
-pub use tokenizer::{Qwen2Tokenizer, QWEN2_SPLIT_REGEX, QWEN_STOP_TOKENS};

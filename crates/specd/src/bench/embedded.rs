@@ -14,8 +14,8 @@ use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 use super::report::{ModeResult, RunSample};
 use super::timing::{RoundClock, TimedDrafter, TimedVerifier};
 use crate::embedded_drafter::EmbeddedDrafter as InProcess;
-use crate::text::NoText;
 use specd_drafter::{DraftModelEngine, MtpEngine};
+use specd_text::TargetText;
 
 /// The in-process drafter being compared with plain decoding.
 pub enum EmbeddedDrafter {
@@ -164,7 +164,7 @@ impl<T: TargetModel> EmbeddedSuite<T> {
     ) -> Result<RunSample> {
         let mut sink = CountSink::default();
         let control = RequestControl::default();
-        let finish = RoundLoop::new(&self.verifier, drafter, &NoText)
+        let finish = RoundLoop::new(&self.verifier, drafter, &TargetText::default())
             .run(request, &mut sink, &control)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;

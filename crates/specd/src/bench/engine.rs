@@ -13,7 +13,8 @@ use specd_verifier::Qwen2Target;
 
 use super::costs::median;
 use super::prompts;
-use crate::text::GgufText;
+use crate::text::PromptText;
+use specd_text::TargetText;
 
 /// The widest verify measured: the block sizes the adaptive policy reaches on CPU.
 const MAX_VERIFY: usize = 8;
@@ -108,7 +109,7 @@ impl<'a> Primed<'a> {
 pub fn measure_gguf(
     target: &Qwen2Target,
     drafter: Option<&Qwen2Model>,
-    text: &GgufText,
+    text: &TargetText,
     context: &[u32],
 ) -> Result<Option<EngineReport>> {
     if target.model().engine_info().is_none() {

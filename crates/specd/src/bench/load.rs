@@ -25,7 +25,7 @@ use super::embedded::{greedy_request, EmbeddedDrafter};
 use super::prompts::{self, Prompt};
 use super::{servers, split, BenchArgs};
 use crate::embedded_drafter::EmbeddedDrafter as InProcess;
-use crate::text::NoText;
+use specd_text::TargetText;
 
 /// Verify rows one batched forward should hold, shared between the active requests (the
 /// router's default `--max-batch-tokens`).
@@ -219,7 +219,7 @@ where
             let control = RequestControl::governed(governor.clone());
             control.set_block_cap(cap);
             let mut sink = Tokens::default();
-            let finish = RoundLoop::new(&*verifier, Some(&*drafter), &NoText)
+            let finish = RoundLoop::new(&*verifier, Some(&*drafter), &TargetText::default())
                 .run(request, &mut sink, &control)
                 .await
                 .map_err(|e| anyhow::anyhow!("embedded request: {e}"))?;

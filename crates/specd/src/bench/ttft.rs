@@ -17,7 +17,7 @@ use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 use super::costs::median;
 use super::split::{self, SplitBlock};
 use crate::embedded_drafter::EmbeddedDrafter;
-use crate::text::NoText;
+use specd_text::TargetText;
 
 /// Tokens each timed request generates: enough that the drafter session opens (it does only
 /// once the first token is out and the request goes on).
@@ -219,7 +219,7 @@ async fn first_token<T: TargetModel, D: Drafter<Carry = TargetCarry>>(
         start: Instant::now(),
         at: None,
     };
-    RoundLoop::new(verifier, drafter, &NoText)
+    RoundLoop::new(verifier, drafter, &TargetText::default())
         .run(request, &mut sink, &RequestControl::default())
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;

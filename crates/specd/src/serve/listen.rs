@@ -17,6 +17,18 @@ pub fn bind(addr: SocketAddr, service: &str) -> Result<TcpIncoming> {
     Ok(incoming)
 }
 
+/// Binds the HTTP API's address and announces it on stdout (`http listening on ADDR`),
+/// before the gRPC address.
+pub async fn bind_http(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {addr}"))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    info!(%bound, service = "router-http", "listening");
+    println!("http listening on {bound}");
+    Ok(listener)
+}
+
 /// Resolves on SIGINT or SIGTERM, so a server drains its connections before exiting.
 pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();

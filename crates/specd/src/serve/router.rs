@@ -8,9 +8,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
-use specd_router::{serve, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText};
+use specd_router::{
+    serve, serve_http, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText,
+};
 
-use super::listen::{bind, shutdown_signal};
+use super::listen::{bind, bind_http, shutdown_signal};
 use super::LimitArgs;
 
 /// Drafting that runs inside the router.
@@ -28,6 +30,14 @@ pub struct RouterArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50050")]
     pub listen: SocketAddr,
+    /// Also serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health) on this address, e.g. 0.0.0.0:8000 (port 0 picks a free port).
+    #[arg(long, env = "SPECD_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// The model name HTTP clients send and /v1/models lists (default: the verifier's
+    /// model name, its checkpoint's file or directory name).
+    #[arg(long, env = "SPECD_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
     /// The verifier, e.g. http://verifier:50051.
     #[arg(long, env = "SPECD_VERIFIER")]
     pub verifier: String,
@@ -113,12 +123,8 @@ fn draft_source(args: &RouterArgs) -> Result<DraftSource> {
 pub async fn run(args: RouterArgs) -> Result<()> {
     let source = draft_source(&args)?;
     let text = match &args.target {
-        Some(file) if crate::generate::detect(file, "target")?.is_gguf() => {
-            TargetText::from_gguf(file)
-                .with_context(|| format!("reading the tokenizer of {}", file.display()))?
-        }
-        Some(dir) => TargetText::from_dir(dir)
-            .with_context(|| format!("reading the target's text files in {}", dir.display()))?,
+        Some(path) => TargetText::load(path)
+            .with_context(|| format!("reading the target's text files at {}", path.display()))?,
         None => TargetText::without_tokenizer(Vec::new()),
     };
     if args.max_concurrent_requests == 0 {
@@ -140,8 +146,33 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         Duration::from_secs(args.connect_timeout_secs),
     )
     .await?;
+    let http = match args.http_listen {
+        Some(addr) => Some(bind_http(addr).await?),
+        None => None,
+    };
     let incoming = bind(args.listen, "router")?;
-    serve(service, incoming, shutdown_signal()).await?;
+    // One signal stops both servers; each drains its running requests.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let when_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    let grpc = serve(service.clone(), incoming, when_stopped());
+    match http {
+        Some(listener) => {
+            let http = serve_http(service, listener, args.served_model_name, when_stopped());
+            let (grpc, http) = tokio::join!(grpc, http);
+            grpc?;
+            http.context("serving HTTP")?;
+        }
+        None => grpc.await?,
+    }
     Ok(())
 }
 

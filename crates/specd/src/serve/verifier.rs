@@ -15,7 +15,7 @@ use specd_verifier::{
 use super::listen::{bind, shutdown_signal};
 use super::LimitArgs;
 use crate::device::{DTypeArg, DeviceArg};
-use crate::text::GgufText;
+use crate::text::gguf_text;
 
 #[derive(Args, Debug)]
 pub struct VerifierArgs {
@@ -58,7 +58,7 @@ pub struct VerifierArgs {
 pub async fn run(args: VerifierArgs) -> Result<()> {
     let device = args.device.device()?;
     if crate::generate::detect(&args.target, "target")?.is_gguf() {
-        let eos = GgufText::for_model(&args.target)?.eos_token_ids();
+        let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
         let target = Qwen2Target::load(&args.target, &device, eos)
             .with_context(|| format!("loading the target from {}", args.target.display()))?;
         serve_target(target, &args).await

@@ -56,6 +56,35 @@ impl Service {
         }
     }
 
+    /// Starts `specd serve router <args>` with its HTTP API on a free port too; the HTTP
+    /// address comes back beside the service.
+    pub fn router_with_http(args: &[&str]) -> (Self, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["serve", "router"])
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut read = |prefix: &str| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected {prefix:?}, read {line:?}"))
+                .to_owned()
+        };
+        let http = read("http listening on ");
+        let addr = read("listening on ");
+        let service = Self {
+            child,
+            url: format!("http://{addr}"),
+        };
+        (service, http)
+    }
+
     pub fn verifier() -> Self {
         Self::start(&["verifier", "--target", &path(fixture("target-full"))])
     }
@@ -135,6 +164,25 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// POSTs JSON to `path` over plain HTTP/1.1 (`connection: close`); the status and the body.
+pub fn http_post(addr: &str, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let body = body.to_string();
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        socket,
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_str(body).unwrap())
 }
 
 /// A greedy request of `max_tokens` from a small prompt, speculating with `block_size`

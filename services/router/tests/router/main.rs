@@ -8,5 +8,7 @@ mod errors;
 mod fallback;
 mod health;
 mod lossless;
+mod openai;
+mod openai_client;
 mod streaming;
 mod text;

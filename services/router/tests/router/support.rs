@@ -23,6 +23,37 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Channel;
 use tonic::Status;
 
+/// A fresh target directory with the fixture's config and a word-level tokenizer whose token
+/// `i` is the word `w{i}` (one per call: tests running at once never share files).
+pub fn word_level_target(name: &str) -> (PathBuf, tokenizers::Tokenizer) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "specd-router-{name}-{}-{}",
+        std::process::id(),
+        MADE.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        fixture("target-full").join("config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+    let vocab: std::collections::HashMap<String, u32> =
+        (0..256u32).map(|i| (format!("w{i}"), i)).collect();
+    let model = WordLevel::builder()
+        .vocab(vocab.into_iter().collect())
+        .unk_token("w0".into())
+        .build()
+        .unwrap();
+    let mut tokenizer = tokenizers::Tokenizer::new(model);
+    tokenizer.with_pre_tokenizer(Some(WhitespaceSplit));
+    tokenizer.save(dir.join("tokenizer.json"), false).unwrap();
+    (dir, tokenizer)
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../crates/models/tests/fixtures/gemma4")
@@ -32,7 +63,10 @@ pub fn fixture(name: &str) -> PathBuf {
 /// A running server; dropping it stops the server.
 pub struct Running {
     pub addr: SocketAddr,
+    /// A router's OpenAI-compatible HTTP API.
+    pub http: Option<SocketAddr>,
     _stop: oneshot::Sender<()>,
+    _stop_http: Option<oneshot::Sender<()>>,
 }
 
 impl Running {
@@ -68,7 +102,12 @@ pub async fn start_verifier(max_sequences: usize) -> Running {
         .await
         .unwrap();
     });
-    Running { addr, _stop: stop }
+    Running {
+        addr,
+        http: None,
+        _stop: stop,
+        _stop_http: None,
+    }
 }
 
 async fn start_drafter<E: DraftEngine>(engine: E) -> Running {
@@ -82,7 +121,12 @@ async fn start_drafter<E: DraftEngine>(engine: E) -> Running {
         .await
         .unwrap();
     });
-    Running { addr, _stop: stop }
+    Running {
+        addr,
+        http: None,
+        _stop: stop,
+        _stop_http: None,
+    }
 }
 
 /// The drafters the tests speculate with.
@@ -162,6 +206,17 @@ pub async fn start_router_with(
     .unwrap();
     let (incoming, addr) = bind();
     let (stop, stopped) = oneshot::channel::<()>();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = listener.local_addr().unwrap();
+    let (stop_http, http_stopped) = oneshot::channel::<()>();
+    tokio::spawn(specd_router::serve_http(
+        service.clone(),
+        listener,
+        Some(SERVED_MODEL.into()),
+        async {
+            let _ = http_stopped.await;
+        },
+    ));
     tokio::spawn(async move {
         specd_router::serve(service, incoming, async {
             let _ = stopped.await;
@@ -169,8 +224,16 @@ pub async fn start_router_with(
         .await
         .unwrap();
     });
-    Running { addr, _stop: stop }
+    Running {
+        addr,
+        http: Some(http),
+        _stop: stop,
+        _stop_http: Some(stop_http),
+    }
 }
+
+/// The model name the test routers serve over HTTP.
+pub const SERVED_MODEL: &str = "tiny-gemma4";
 
 /// A verifier, the drafter of `setup` and a router speculating with it.
 pub struct Stack {

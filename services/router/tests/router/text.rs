@@ -1,36 +1,15 @@
 //! Text in and out through a tokenizer.json in the target directory: text prompts, text
 //! deltas and stop strings.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use specd_wire::generation::{generate_request, FinishReason, GenerateRequest};
-use tokenizers::models::wordlevel::WordLevel;
-use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 use tokenizers::Tokenizer;
 
 use crate::support::*;
 
-/// A target directory with the fixture's config and a word-level tokenizer whose token `i`
-/// is the word `w{i}`.
 fn target_with_tokenizer() -> (PathBuf, Tokenizer) {
-    let dir = std::env::temp_dir().join(format!("specd-router-text-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        fixture("target-full").join("config.json"),
-        dir.join("config.json"),
-    )
-    .unwrap();
-    let vocab: HashMap<String, u32> = (0..256u32).map(|i| (format!("w{i}"), i)).collect();
-    let model = WordLevel::builder()
-        .vocab(vocab.into_iter().collect())
-        .unk_token("w0".into())
-        .build()
-        .unwrap();
-    let mut tokenizer = Tokenizer::new(model);
-    tokenizer.with_pre_tokenizer(Some(WhitespaceSplit));
-    tokenizer.save(dir.join("tokenizer.json"), false).unwrap();
-    (dir, tokenizer)
+    word_level_target("text")
 }
 
 fn text_request(prompt: &str, max_tokens: u32) -> GenerateRequest {

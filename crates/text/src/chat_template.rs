@@ -1,15 +1,14 @@
 //! The chat prompt: the model's own Jinja chat template (`tokenizer.chat_template`), rendered
 //! with minijinja under the settings Hugging Face uses (trim_blocks, lstrip_blocks).
 
-use std::collections::HashMap;
-
 use candle_core::quantized::gguf_file::Value;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
 use minijinja::{context, Environment, ErrorKind};
 use serde::Serialize;
 
-use super::error::{Qwen2Error, Result};
+use crate::error::{Result, TextError};
+use crate::gguf_metadata::Metadata;
 
 /// The Qwen 2.5 chat template, used when the GGUF carries none.
 pub const QWEN2_5_CHAT_TEMPLATE: &str = include_str!("qwen2_5_chat_template.jinja");
@@ -45,6 +44,10 @@ impl ChatMessage {
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The tokenizer's special tokens as templates name them (`{{ bos_token }}`); empty when
+    /// the checkpoint does not say.
+    bos_token: String,
+    eos_token: String,
 }
 
 impl ChatTemplate {
@@ -63,14 +66,25 @@ impl ChatTemplate {
             },
         );
         env.add_template_owned(TEMPLATE_NAME, source.into())?;
-        Ok(Self { env })
+        Ok(Self {
+            env,
+            bos_token: String::new(),
+            eos_token: String::new(),
+        })
+    }
+
+    /// The strings `{{ bos_token }}` and `{{ eos_token }}` render as.
+    pub fn with_special_tokens(mut self, bos_token: String, eos_token: String) -> Self {
+        self.bos_token = bos_token;
+        self.eos_token = eos_token;
+        self
     }
 
     /// The GGUF's `tokenizer.chat_template`, or the Qwen 2.5 template when it has none.
-    pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
+    pub fn from_gguf_metadata(metadata: &Metadata) -> Result<Self> {
         match metadata.get("tokenizer.chat_template") {
             Some(Value::String(source)) => Self::new(source.clone()),
-            Some(other) => Err(Qwen2Error::field(
+            Some(other) => Err(TextError::field(
                 "tokenizer.chat_template",
                 format!("expected a string, found {:?}", other.value_type()),
             )),
@@ -92,6 +106,8 @@ impl ChatTemplate {
         Ok(template.render(context! {
             messages => Serde(messages),
             add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
         })?)
     }
 }

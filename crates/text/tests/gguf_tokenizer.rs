@@ -4,9 +4,7 @@
 use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::Value;
-use specd_models::qwen2::{
-    ChatMessage, ChatTemplate, Qwen2Error, Qwen2Tokenizer, QWEN2_5_CHAT_TEMPLATE,
-};
+use specd_text::{ChatMessage, ChatTemplate, GgufTokenizer, TextError, QWEN2_5_CHAT_TEMPLATE};
 
 /// GPT-2's byte-to-character map: printable bytes stand for themselves, the rest are shifted
 /// to code points from 256 up.
@@ -64,8 +62,8 @@ fn metadata(pre: &str) -> HashMap<String, Value> {
     ])
 }
 
-fn tokenizer() -> Qwen2Tokenizer {
-    Qwen2Tokenizer::from_gguf_metadata(&metadata("qwen2")).unwrap()
+fn tokenizer() -> GgufTokenizer {
+    GgufTokenizer::from_gguf_metadata(&metadata("qwen2")).unwrap()
 }
 
 #[test]
@@ -127,7 +125,7 @@ fn tokenizer_json_written_from_metadata_loads_back_identically() {
     let path =
         std::env::temp_dir().join(format!("specd-qwen2-tokenizer-{}.json", std::process::id()));
     tok.inner().save(&path, false).unwrap();
-    let reloaded = Qwen2Tokenizer::from_tokenizer_json(&path, &metadata("qwen2")).unwrap();
+    let reloaded = GgufTokenizer::from_tokenizer_json(&path, &metadata("qwen2")).unwrap();
     let _ = std::fs::remove_file(&path);
     let text = "<|im_start|>user\nhello world 🚀<|im_end|>\n";
     assert_eq!(reloaded.encode(text).unwrap(), tok.encode(text).unwrap());
@@ -136,7 +134,7 @@ fn tokenizer_json_written_from_metadata_loads_back_identically() {
 
 #[test]
 fn unsupported_or_broken_metadata_is_named() {
-    let err = Qwen2Tokenizer::from_gguf_metadata(&metadata("llama-bpe"))
+    let err = GgufTokenizer::from_gguf_metadata(&metadata("llama-bpe"))
         .err()
         .unwrap();
     assert!(
@@ -150,7 +148,7 @@ fn unsupported_or_broken_metadata_is_named() {
         "tokenizer.ggml.merges".into(),
         Value::Array(vec![Value::String("nospace".into())]),
     );
-    let err = Qwen2Tokenizer::from_gguf_metadata(&broken).err().unwrap();
+    let err = GgufTokenizer::from_gguf_metadata(&broken).err().unwrap();
     assert!(
         err.to_string()
             .starts_with("GGUF metadata field tokenizer.ggml.merges[0]:"),
@@ -159,9 +157,9 @@ fn unsupported_or_broken_metadata_is_named() {
 
     let mut missing = metadata("qwen2");
     missing.remove("tokenizer.ggml.tokens");
-    let err = Qwen2Tokenizer::from_gguf_metadata(&missing).err().unwrap();
+    let err = GgufTokenizer::from_gguf_metadata(&missing).err().unwrap();
     assert!(
-        matches!(&err, Qwen2Error::MissingField { field } if field == "tokenizer.ggml.tokens"),
+        matches!(&err, TextError::MissingField { field } if field == "tokenizer.ggml.tokens"),
         "{err}"
     );
 }
@@ -208,22 +206,63 @@ fn chat_template_comes_from_metadata_or_falls_back_to_qwen_2_5() {
 #[test]
 fn for_model_prefers_tokenizer_json_beside_the_gguf() {
     use candle_core::quantized::gguf_file;
-    let dir = std::env::temp_dir().join(format!("specd-qwen2-for-model-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("specd-text-for-model-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let gguf_path = dir.join("model.gguf");
     let meta = metadata("qwen2");
     let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut std::fs::File::create(&gguf_path).unwrap(), &refs, &[]).unwrap();
 
-    let from_metadata = Qwen2Tokenizer::for_model(&gguf_path).unwrap();
+    let from_metadata = GgufTokenizer::for_model(&gguf_path).unwrap();
     assert_eq!(from_metadata.token_to_id("<|extra|>"), None);
 
     // A tokenizer.json that differs (one more added token) must win once it is there.
     let mut json = from_metadata.inner().clone();
     json.add_special_tokens(&[tokenizers::AddedToken::from("<|extra|>", true)]);
     json.save(dir.join("tokenizer.json"), false).unwrap();
-    let from_json = Qwen2Tokenizer::for_model(&gguf_path).unwrap();
+    let from_json = GgufTokenizer::for_model(&gguf_path).unwrap();
     assert!(from_json.token_to_id("<|extra|>").is_some());
     assert_eq!(from_json.eos_token_ids(), from_metadata.eos_token_ids());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_gguf_targets_text_renders_chat_and_stops_at_the_turn_end() {
+    use specd_core::Detokenizer;
+    use specd_text::TargetText;
+    let dir = std::env::temp_dir().join(format!("specd-text-target-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf_path = dir.join("model.gguf");
+    let meta = metadata("qwen2");
+    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    candle_core::quantized::gguf_file::write(
+        &mut std::fs::File::create(&gguf_path).unwrap(),
+        &refs,
+        &[],
+    )
+    .unwrap();
+
+    let text = TargetText::load(&gguf_path).unwrap();
+    let tok = tokenizer();
+    let im_end = tok.token_to_id("<|im_end|>").unwrap();
+    let endoftext = tok.token_to_id("<|endoftext|>").unwrap();
+    assert!(text.has_chat_template());
+    assert!(text.end_of_turn_ids().contains(&im_end));
+    assert!(text.end_of_turn_ids().contains(&endoftext));
+
+    // No template in the file: the Qwen 2.5 one, encoded without added tokens.
+    let messages = [ChatMessage::system("Be brief."), ChatMessage::user("hello")];
+    let rendered = text.render_chat(&messages).unwrap();
+    assert!(
+        rendered.ends_with("<|im_start|>assistant\n"),
+        "{rendered:?}"
+    );
+    assert_eq!(
+        text.encode_chat(&messages).unwrap(),
+        tok.encode(&rendered).unwrap()
+    );
+    // Decoded text leaves special tokens out.
+    let hello = tok.token_to_id("hello").unwrap();
+    assert_eq!(text.decode(&[hello, im_end]).unwrap(), "hello");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,10 +1,9 @@
-//! The Qwen2 byte-level BPE tokenizer: from a `tokenizer.json` beside the model when there is
-//! one, otherwise rebuilt from the GGUF `tokenizer.ggml.*` metadata.
+//! A GGUF model's byte-level BPE tokenizer (the `gpt2` model with the `qwen2` pre-tokenizer):
+//! from a `tokenizer.json` beside the model when there is one, otherwise rebuilt from the
+//! GGUF `tokenizer.ggml.*` metadata.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::Value;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::NFC;
@@ -13,9 +12,8 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use super::config::{meta_str, value_usize};
-use super::error::{Qwen2Error, Result};
-use super::gguf::GgufFile;
+use crate::error::{Result, TextError};
+use crate::gguf_metadata::{meta_str, read_metadata, string_array, value_usize, Metadata};
 
 /// The `qwen2` pre-tokenizer split (as in Qwen2's tokenizer.json and llama.cpp).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -27,52 +25,52 @@ pub const QWEN_STOP_TOKENS: [&str; 2] = ["<|im_end|>", "<|endoftext|>"];
 const TOKEN_TYPE_CONTROL: usize = 3;
 const TOKEN_TYPE_USER_DEFINED: usize = 4;
 
-pub struct Qwen2Tokenizer {
+pub struct GgufTokenizer {
     inner: Tokenizer,
     eos_token_ids: Vec<u32>,
 }
 
-impl Qwen2Tokenizer {
+impl GgufTokenizer {
     /// The tokenizer for the model at `gguf_path`: `tokenizer.json` in the same directory when
     /// present, else the GGUF metadata.
     pub fn for_model(gguf_path: &Path) -> Result<Self> {
-        let gguf = GgufFile::open(gguf_path)?;
+        let metadata = read_metadata(gguf_path)?;
         let json = gguf_path.parent().map(|dir| dir.join("tokenizer.json"));
         match json {
-            Some(json) if json.is_file() => Self::from_tokenizer_json(&json, gguf.metadata()),
-            _ => Self::from_gguf_metadata(gguf.metadata()),
+            Some(json) if json.is_file() => Self::from_tokenizer_json(&json, &metadata),
+            _ => Self::from_gguf_metadata(&metadata),
         }
     }
 
     /// Loads `tokenizer.json`; the stop ids still come from the GGUF metadata.
-    pub fn from_tokenizer_json(path: &Path, metadata: &HashMap<String, Value>) -> Result<Self> {
+    pub fn from_tokenizer_json(path: &Path, metadata: &Metadata) -> Result<Self> {
         let inner = Tokenizer::from_file(path)
-            .map_err(|e| Qwen2Error::tokenizer(format!("reading {}", path.display()), e))?;
+            .map_err(|e| TextError::tokenizer(format!("reading {}", path.display()), e))?;
         tracing::info!(path = %path.display(), "tokenizer from tokenizer.json");
         Self::with_stop_ids(inner, metadata)
     }
 
     /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,token_type,merges}`.
-    pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
+    pub fn from_gguf_metadata(metadata: &Metadata) -> Result<Self> {
         let model = meta_str(metadata, "tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(Qwen2Error::field(
+            return Err(TextError::field(
                 "tokenizer.ggml.model",
                 format!("expected \"gpt2\" (byte-level BPE), found {model:?}"),
             ));
         }
         let pre = meta_str(metadata, "tokenizer.ggml.pre")?;
         if pre != "qwen2" {
-            return Err(Qwen2Error::field(
+            return Err(TextError::field(
                 "tokenizer.ggml.pre",
                 format!("unsupported pre-tokenizer {pre:?} (expected \"qwen2\")"),
             ));
         }
         let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
         let merges = string_array(metadata, "tokenizer.ggml.merges")?;
-        let types = array(metadata, "tokenizer.ggml.token_type")?;
+        let types = crate::gguf_metadata::array(metadata, "tokenizer.ggml.token_type")?;
         if types.len() != tokens.len() {
-            return Err(Qwen2Error::field(
+            return Err(TextError::field(
                 "tokenizer.ggml.token_type",
                 format!("{} entries for {} tokens", types.len(), tokens.len()),
             ));
@@ -84,7 +82,7 @@ impl Qwen2Tokenizer {
             .map(|(id, t)| (t.to_string(), id as u32))
             .collect();
         if vocab.len() != tokens.len() {
-            return Err(Qwen2Error::field(
+            return Err(TextError::field(
                 "tokenizer.ggml.tokens",
                 "contains duplicate tokens",
             ));
@@ -96,7 +94,7 @@ impl Qwen2Tokenizer {
                 Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
                     Ok((a.to_string(), b.to_string()))
                 }
-                _ => Err(Qwen2Error::field(
+                _ => Err(TextError::field(
                     &format!("tokenizer.ggml.merges[{i}]"),
                     format!("{m:?} is not two tokens separated by one space"),
                 )),
@@ -106,7 +104,7 @@ impl Qwen2Tokenizer {
             .vocab_and_merges(vocab, merges)
             .build()
             .map_err(|e| {
-                Qwen2Error::tokenizer(
+                TextError::tokenizer(
                     "building the BPE model from tokenizer.ggml.tokens/merges",
                     e,
                 )
@@ -117,7 +115,7 @@ impl Qwen2Tokenizer {
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| Qwen2Error::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
+        .map_err(|e| TextError::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
         let pre_tokenizer = Sequence::new(vec![
             split.into(),
             ByteLevel::new(false, false, false).into(),
@@ -152,7 +150,7 @@ impl Qwen2Tokenizer {
         Self::with_stop_ids(inner, metadata)
     }
 
-    fn with_stop_ids(inner: Tokenizer, metadata: &HashMap<String, Value>) -> Result<Self> {
+    fn with_stop_ids(inner: Tokenizer, metadata: &Metadata) -> Result<Self> {
         let mut eos_token_ids = Vec::new();
         for field in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
             if let Some(value) = metadata.get(field) {
@@ -163,7 +161,7 @@ impl Qwen2Tokenizer {
         eos_token_ids.sort_unstable();
         eos_token_ids.dedup();
         if eos_token_ids.is_empty() {
-            return Err(Qwen2Error::MissingField {
+            return Err(TextError::MissingField {
                 field: "tokenizer.ggml.eos_token_id".into(),
             });
         }
@@ -179,14 +177,14 @@ impl Qwen2Tokenizer {
         let encoding = self
             .inner
             .encode(text, false)
-            .map_err(|e| Qwen2Error::tokenizer("encoding text", e))?;
+            .map_err(|e| TextError::tokenizer("encoding text", e))?;
         Ok(encoding.get_ids().to_vec())
     }
 
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.inner
             .decode(ids, skip_special_tokens)
-            .map_err(|e| Qwen2Error::tokenizer("decoding ids", e))
+            .map_err(|e| TextError::tokenizer("decoding ids", e))
     }
 
     /// Ids that end a generation (`<|im_end|>`, `<|endoftext|>` and the GGUF eos/eot).
@@ -214,31 +212,4 @@ impl Qwen2Tokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.inner
     }
-}
-
-fn array<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<&'a [Value]> {
-    match metadata.get(field) {
-        Some(Value::Array(values)) => Ok(values),
-        Some(other) => Err(Qwen2Error::field(
-            field,
-            format!("expected an array, found {:?}", other.value_type()),
-        )),
-        None => Err(Qwen2Error::MissingField {
-            field: field.to_string(),
-        }),
-    }
-}
-
-fn string_array<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<Vec<&'a str>> {
-    array(metadata, field)?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| match v {
-            Value::String(s) => Ok(s.as_str()),
-            other => Err(Qwen2Error::field(
-                &format!("{field}[{i}]"),
-                format!("expected a string, found {:?}", other.value_type()),
-            )),
-        })
-        .collect()
 }

@@ -1,0 +1,81 @@
+//! A GGUF file's metadata (header only: no tensor data is read) and typed access to it.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+
+use crate::error::{Result, TextError};
+
+pub type Metadata = HashMap<String, Value>;
+
+/// The key/value metadata of the GGUF file at `path`.
+pub fn read_metadata(path: &Path) -> Result<Metadata> {
+    let mut file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
+    let content = Content::read(&mut file).map_err(|e| TextError::Gguf {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok(content.metadata)
+}
+
+pub(crate) fn meta_str<'a>(metadata: &'a Metadata, field: &str) -> Result<&'a str> {
+    match metadata.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(TextError::field(
+            field,
+            format!("expected a string, found {:?}", other.value_type()),
+        )),
+        None => Err(TextError::MissingField {
+            field: field.to_string(),
+        }),
+    }
+}
+
+pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
+    let wide: i128 = match value {
+        Value::U8(v) => (*v).into(),
+        Value::I8(v) => (*v).into(),
+        Value::U16(v) => (*v).into(),
+        Value::I16(v) => (*v).into(),
+        Value::U32(v) => (*v).into(),
+        Value::I32(v) => (*v).into(),
+        Value::U64(v) => (*v).into(),
+        Value::I64(v) => (*v).into(),
+        other => {
+            return Err(TextError::field(
+                field,
+                format!("expected an integer, found {:?}", other.value_type()),
+            ))
+        }
+    };
+    usize::try_from(wide)
+        .map_err(|_| TextError::field(field, format!("{wide} is not a valid count or id")))
+}
+
+pub(crate) fn array<'a>(metadata: &'a Metadata, field: &str) -> Result<&'a [Value]> {
+    match metadata.get(field) {
+        Some(Value::Array(values)) => Ok(values),
+        Some(other) => Err(TextError::field(
+            field,
+            format!("expected an array, found {:?}", other.value_type()),
+        )),
+        None => Err(TextError::MissingField {
+            field: field.to_string(),
+        }),
+    }
+}
+
+pub(crate) fn string_array<'a>(metadata: &'a Metadata, field: &str) -> Result<Vec<&'a str>> {
+    array(metadata, field)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) => Ok(s.as_str()),
+            other => Err(TextError::field(
+                &format!("{field}[{i}]"),
+                format!("expected a string, found {:?}", other.value_type()),
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,188 @@
+//! Everything about a target's text in one place: prompt text and chat messages to token
+//! ids, token ids back to text, and the ids that end a generation or a chat turn.
+
+use std::io::Read;
+use std::path::Path;
+
+use specd_core::stop::DetokenizeError;
+use specd_core::Detokenizer;
+use tokenizers::Tokenizer;
+
+use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::checkpoint_files::CheckpointFiles;
+use crate::error::{Result, TextError};
+use crate::gguf_metadata::read_metadata;
+use crate::gguf_tokenizer::GgufTokenizer;
+
+/// Tokens that close a chat turn in the chat formats of common model families; a chat
+/// request stops at whichever of them the vocabulary has.
+pub const END_OF_TURN_TOKENS: [&str; 5] = [
+    "<|im_end|>",
+    "<end_of_turn>",
+    "<turn|>",
+    "<|eot_id|>",
+    "<|end|>",
+];
+
+/// The target's tokenizer (optional), chat template (optional) and stop ids.
+#[derive(Default)]
+pub struct TargetText {
+    tokenizer: Option<Tokenizer>,
+    template: Option<ChatTemplate>,
+    eos_token_ids: Vec<u32>,
+    end_of_turn_ids: Vec<u32>,
+    /// Leave special tokens (chat-turn markers, end of text) out of decoded text.
+    skip_special_tokens: bool,
+}
+
+impl TargetText {
+    /// The text side of the target at `path`: a checkpoint directory or a GGUF file.
+    pub fn load(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            Self::from_dir(path)
+        } else if is_gguf(path)? {
+            Self::from_gguf(path)
+        } else {
+            Err(TextError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "neither a checkpoint directory nor a GGUF file",
+                ),
+            })
+        }
+    }
+
+    /// Reads `tokenizer.json` (if present), the end-of-sequence ids of `config.json` (top
+    /// level, else `text_config`) and `generation_config.json`, and the chat template of
+    /// `chat_template.jinja` or `tokenizer_config.json`.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let files = CheckpointFiles::read(dir)?;
+        let template = match files.chat_template {
+            Some(source) => Some(ChatTemplate::new(source)?.with_special_tokens(
+                files.bos_token.clone().unwrap_or_default(),
+                files.eos_token.clone().unwrap_or_default(),
+            )),
+            None => None,
+        };
+        let mut end_of_turn_ids = files.eos_token_ids.clone();
+        if let Some(tokenizer) = &files.tokenizer {
+            let named = files.eos_token.iter().map(String::as_str);
+            end_of_turn_ids.extend(
+                named
+                    .chain(END_OF_TURN_TOKENS)
+                    .filter_map(|token| tokenizer.token_to_id(token)),
+            );
+        }
+        Ok(Self {
+            tokenizer: files.tokenizer,
+            template,
+            eos_token_ids: files.eos_token_ids,
+            end_of_turn_ids: sorted(end_of_turn_ids),
+            skip_special_tokens: false,
+        })
+    }
+
+    /// The tokenizer, stop ids and chat template of a GGUF model (`tokenizer.json` beside
+    /// the file when present, else rebuilt from the metadata; the Qwen 2.5 template when the
+    /// file has none). Decoded text leaves out special tokens.
+    pub fn from_gguf(path: &Path) -> Result<Self> {
+        let tokenizer = GgufTokenizer::for_model(path)?;
+        let metadata = read_metadata(path)?;
+        let template = ChatTemplate::from_gguf_metadata(&metadata)?;
+        let eos_token_ids = tokenizer.eos_token_ids().to_vec();
+        let mut end_of_turn_ids = eos_token_ids.clone();
+        end_of_turn_ids.extend(
+            END_OF_TURN_TOKENS
+                .iter()
+                .filter_map(|token| tokenizer.token_to_id(token)),
+        );
+        Ok(Self {
+            tokenizer: Some(tokenizer.inner().clone()),
+            template: Some(template),
+            eos_token_ids,
+            end_of_turn_ids: sorted(end_of_turn_ids),
+            skip_special_tokens: true,
+        })
+    }
+
+    /// A target known only by its end-of-sequence ids (token-id clients only).
+    pub fn without_tokenizer(eos_token_ids: Vec<u32>) -> Self {
+        Self {
+            end_of_turn_ids: eos_token_ids.clone(),
+            eos_token_ids,
+            ..Self::default()
+        }
+    }
+
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos_token_ids
+    }
+
+    /// Ids that end an assistant turn: the end-of-sequence ids and the chat format's turn
+    /// terminator.
+    pub fn end_of_turn_ids(&self) -> &[u32] {
+        &self.end_of_turn_ids
+    }
+
+    pub fn has_tokenizer(&self) -> bool {
+        self.tokenizer.is_some()
+    }
+
+    pub fn has_chat_template(&self) -> bool {
+        self.template.is_some() && self.tokenizer.is_some()
+    }
+
+    /// Token ids of a text prompt, special tokens added as the tokenizer's post-processor
+    /// specifies (a BOS for Gemma; nothing for Qwen).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let tokenizer = self.tokenizer.as_ref().ok_or(TextError::NoTokenizer)?;
+        tokenizer
+            .encode(text, true)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| TextError::tokenizer("encoding text", e))
+    }
+
+    /// The chat template's text for `messages`, opening the assistant's turn.
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.template
+            .as_ref()
+            .ok_or(TextError::NoChatTemplate)?
+            .render(messages, true)
+    }
+
+    /// Token ids of `messages` as the chat template renders them, ready for the reply. The
+    /// template writes every special token itself, so the tokenizer adds none.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let tokenizer = self.tokenizer.as_ref().ok_or(TextError::NoTokenizer)?;
+        let text = self.render_chat(messages)?;
+        tokenizer
+            .encode(text, false)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| TextError::tokenizer("encoding the chat prompt", e))
+    }
+}
+
+/// Without a tokenizer every text is empty: token ids still flow.
+impl Detokenizer for TargetText {
+    fn decode(&self, ids: &[u32]) -> std::result::Result<String, DetokenizeError> {
+        match &self.tokenizer {
+            Some(tokenizer) => tokenizer
+                .decode(ids, self.skip_special_tokens)
+                .map_err(|e| DetokenizeError(e.to_string())),
+            None => Ok(String::new()),
+        }
+    }
+}
+
+fn sorted(mut ids: Vec<u32>) -> Vec<u32> {
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn is_gguf(path: &Path) -> Result<bool> {
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
+    Ok(file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
+}
