@@ -1,6 +1,8 @@
-//! A drafter pool under failure, with real processes: a verifier, two MTP drafters and a
-//! router. Killing a drafter mid-stream moves its sessions to the other one; killing both
-//! leaves plain decoding. Either way every request ends with exactly the plain output.
+//! Drafter pools and verifier replicas under failure, with real processes. Killing a drafter
+//! mid-stream moves its sessions to the other one; killing both leaves plain decoding.
+//! Killing a verifier mid-stream moves its requests to another replica; a restarted one takes
+//! requests again; with none left requests fail with UNAVAILABLE. Every request that ends
+//! ends with exactly the plain output.
 
 mod served;
 
@@ -39,11 +41,20 @@ async fn plain_outputs(client: &mut GenerationClient<Channel>) -> Vec<Vec<u32>> 
 async fn start_streams(
     client: &GenerationClient<Channel>,
 ) -> Vec<(Streaming<GenerateStreamResponse>, Vec<u32>)> {
+    start_streams_of(client, |i| request(&PROMPTS[i], MAX_TOKENS, 4)).await
+}
+
+/// Starts the stream `make(i)` for every prompt index `i`, all at once, then reads each
+/// one's first message.
+async fn start_streams_of(
+    client: &GenerationClient<Channel>,
+    make: impl Fn(usize) -> specd_wire::generation::GenerateRequest,
+) -> Vec<(Streaming<GenerateStreamResponse>, Vec<u32>)> {
     let mut streams = Vec::new();
-    for prompt in PROMPTS {
+    for i in 0..PROMPTS.len() {
         let stream = client
             .clone()
-            .generate_stream(request(&prompt, MAX_TOKENS, 4))
+            .generate_stream(make(i))
             .await
             .unwrap()
             .into_inner();
@@ -191,4 +202,96 @@ async fn drafters_found_through_dns_serve_requests() {
     }
     assert!(drafted > 0, "the discovered drafter was never used");
     assert_eq!(settled(|| drafter.live_sessions()).await, 0);
+}
+
+/// The streams of the verifier test: greedy and seeded, several block sizes.
+fn mixed_request(i: usize, speculate: bool) -> specd_wire::generation::GenerateRequest {
+    let block = if speculate { [2, 3, 4, 4][i] } else { 0 };
+    let mut request = request(&PROMPTS[i], MAX_TOKENS, block);
+    if i % 2 == 1 {
+        request.sampling = Some(specd_wire::generation::SamplingParams {
+            temperature: Some(0.8),
+            seed: Some(100 + i as u64),
+            ..Default::default()
+        });
+    }
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_move_losslessly_when_their_verifier_dies() {
+    let mut first = Service::verifier();
+    let mut second = Service::verifier();
+    let drafter = Service::mtp_drafter();
+    let router = Service::router_over(
+        &[&first, &second],
+        &[&drafter],
+        &["--verifier-backoff-secs", "1"],
+    );
+    let mut client = GenerationClient::new(router.channel().await);
+    let mut want = Vec::new();
+    for i in 0..PROMPTS.len() {
+        let response = client
+            .generate(mixed_request(i, false))
+            .await
+            .unwrap()
+            .into_inner();
+        want.push(response.token_ids);
+    }
+
+    let started = start_streams_of(&client, |i| mixed_request(i, true)).await;
+    // New requests spread over the replicas: kill the one holding more of them.
+    let (on_first, on_second) = (first.live_sequences().await, second.live_sequences().await);
+    assert!(
+        on_first > 0 && on_second > 0,
+        "placement put {on_first} and {on_second} requests on the two replicas"
+    );
+    let (victim, survivor) = if on_first >= on_second {
+        (&mut first, &mut second)
+    } else {
+        (&mut second, &mut first)
+    };
+    let victim_addr = victim.addr().to_owned();
+    victim.kill();
+    let finished = finish_streams(started).await;
+    let mut migrations = 0;
+    for (i, ((tokens, last), want)) in finished.iter().zip(&want).enumerate() {
+        assert_eq!(tokens, want, "request {i}");
+        let stats = last.stats.as_ref().unwrap();
+        assert!(stats.drafted > 0, "request {i} never speculated");
+        migrations += stats.verifier_migrations;
+    }
+    assert!(migrations > 0, "no request moved to the surviving verifier");
+    assert_eq!(settled(|| survivor.live_sequences()).await, 0);
+    assert_eq!(settled(|| drafter.live_sessions()).await, 0);
+
+    // The victim comes back on its address; once the survivor is gone too, it serves alone.
+    let restarted = Service::verifier_on(&victim_addr);
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    survivor.kill();
+    let response = client
+        .generate(mixed_request(1, true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.token_ids, want[1]);
+    assert_eq!(settled(|| restarted.live_sequences()).await, 0);
+
+    // With no verifier left, requests fail with UNAVAILABLE and health says NOT_SERVING.
+    drop(restarted);
+    let status = client.generate(mixed_request(0, true)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+    let mut serving = true;
+    for _ in 0..50 {
+        let health = std::process::Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["health", "--addr", &router.url])
+            .output()
+            .unwrap();
+        serving = health.status.success();
+        if !serving {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(!serving, "router health stayed SERVING with no verifier");
 }

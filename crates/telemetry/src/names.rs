@@ -22,6 +22,7 @@ pub const FALLBACKS: &str = "specd_fallbacks_total";
 pub const SPECULATION_SWITCHES: &str = "specd_speculation_switches_total";
 pub const SPECULATION_CAP: &str = "specd_speculation_cap";
 pub const WIRE_BYTES: &str = "specd_wire_bytes_total";
+pub const VERIFIER_MIGRATIONS: &str = "specd_verifier_migrations_total";
 
 /// Upper bounds of the latency histograms, 0.5 ms to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -89,5 +90,9 @@ pub(crate) const HELP: &[(&str, &str)] = &[
     (
         WIRE_BYTES,
         "Protobuf bytes of RPC messages, by rpc and direction.",
+    ),
+    (
+        VERIFIER_MIGRATIONS,
+        "Requests moved to another verifier replica after theirs failed.",
     ),
 ];

@@ -83,6 +83,11 @@ pub fn fallback(cause: &'static str) {
     metrics::counter!(names::FALLBACKS, "cause" => cause).increment(1);
 }
 
+/// A request moved to another verifier replica.
+pub fn verifier_migration() {
+    metrics::counter!(names::VERIFIER_MIGRATIONS).increment(1);
+}
+
 /// Counts one request in flight for as long as it lives.
 #[must_use = "the request counts as active only while the guard lives"]
 pub struct ActiveRequest(());

@@ -9,9 +9,10 @@ use specd_core::{NgramConfig, NgramDrafter};
 use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
 use specd_wire::limits::{MessageLimits, WithMessageLimits};
 use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::carry::WireCarry;
+use crate::discovery::{replace_discovered, resolve_periodically, Member};
 
 /// How long a drafter may take to describe itself before a request goes on without it.
 const STATS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -174,7 +175,13 @@ fn pool_of(
     }
     let pool = Arc::new(DrafterPool::new(urls, limits)?);
     if let Some(dns) = dns {
-        tokio::spawn(resolve_periodically(Arc::downgrade(&pool), dns.clone()));
+        tokio::spawn(resolve_periodically(
+            Arc::downgrade(&pool),
+            dns.name.clone(),
+            dns.refresh,
+            "drafters",
+            DrafterPool::set_discovered,
+        ));
     }
     Ok(pool)
 }
@@ -279,51 +286,22 @@ impl DrafterPool {
             .endpoints
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let before = endpoints.len();
-        endpoints.retain(|e| !e.discovered || urls.contains(&e.url));
-        let removed = before - endpoints.len();
-        let mut added = 0;
-        for url in urls {
-            if endpoints.iter().any(|e| &e.url == url) {
-                continue;
-            }
-            match DrafterEndpoint::new(url, &self.limits, true) {
-                Ok(endpoint) => {
-                    endpoints.push(Arc::new(endpoint));
-                    added += 1;
-                }
-                Err(error) => warn!(%error, "skipping a discovered drafter"),
-            }
-        }
-        if added + removed > 0 {
-            info!(
-                added,
-                removed,
-                total = endpoints.len(),
-                "drafter pool changed"
-            );
-        }
+        replace_discovered(
+            &mut endpoints,
+            urls,
+            |url| DrafterEndpoint::new(url, &self.limits, true),
+            "drafter",
+        );
     }
 }
 
-/// Resolves `dns` every `dns.refresh` until the pool is dropped. A failed resolution keeps
-/// the endpoints of the last one.
-async fn resolve_periodically(pool: std::sync::Weak<DrafterPool>, dns: DrafterDns) {
-    loop {
-        match tokio::net::lookup_host(dns.name.as_str()).await {
-            Ok(addrs) => {
-                let mut urls: Vec<String> = addrs.map(|addr| format!("http://{addr}")).collect();
-                urls.sort();
-                urls.dedup();
-                let Some(pool) = pool.upgrade() else { return };
-                pool.set_discovered(&urls);
-            }
-            Err(error) => warn!(name = %dns.name, %error, "resolving drafters failed"),
-        }
-        tokio::time::sleep(dns.refresh.max(Duration::from_millis(100))).await;
-        if pool.strong_count() == 0 {
-            return;
-        }
+impl Member for DrafterEndpoint {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn discovered(&self) -> bool {
+        self.discovered
     }
 }
 

@@ -1,5 +1,7 @@
-//! The verifier side of one request, over gRPC.
+//! The verifier side of one request, over gRPC: placed on a replica of the pool, and moved
+//! to another one, losslessly, when its replica fails.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -13,14 +15,15 @@ use specd_wire::verifier::{
 use specd_wire::SnapshotChunk;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
-use tonic::Code;
-use tracing::{debug, warn, Instrument};
+use tonic::{Code, Status};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::carry::WireCarry;
 use crate::client_telemetry;
 use crate::deadline::with_deadline;
 use crate::error::RemoteError;
 use crate::sampling::sampling_to_wire;
+use crate::verifiers::{Replica, VerifierPool};
 use specd_telemetry::propagation::traced;
 
 /// Attempts of a Verify that failed in transport; the round is idempotent, so a retry after
@@ -40,16 +43,20 @@ pub struct SequenceOptions {
     pub deadline: Option<Instant>,
 }
 
-/// The verifier's id and committed length of the request's sequence.
-#[derive(Debug, Clone, Copy)]
+/// The request's sequence: where it lives, its id there and its committed length.
+#[derive(Clone)]
 struct Handle {
+    replica: Arc<Replica>,
     seq_id: u64,
     committed_len: u32,
+    /// The core round numbered 1 on this replica (a sequence moved to another replica
+    /// starts its rounds again from 1 there).
+    round_base: u64,
 }
 
 /// The live sequence, shared with the spawned Prefill call so that the id is recorded the
 /// moment the verifier answers, whatever becomes of the request meanwhile.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct SequenceState {
     live: Option<Handle>,
     /// The request has ended: a sequence the Prefill call learns of from now on is freed
@@ -57,12 +64,30 @@ struct SequenceState {
     abandoned: bool,
 }
 
-/// One request's sequence on a remote verifier, as core's [`Verifier`]. The round loop runs
+/// What a sequence is rebuilt from on another replica.
+#[derive(Default)]
+struct History {
+    /// The prompt and every token emitted so far; the cache holds all but the last.
+    ids: Vec<u32>,
+    prompt_len: usize,
+    sampling: Option<specd_wire::Sampling>,
+    with_mtp_state: bool,
+}
+
+/// One request's sequence on a verifier replica, as core's [`Verifier`]. The round loop runs
 /// one request per value, so the verifier-assigned id is simply kept here.
+///
+/// When the replica fails (connection lost, UNAVAILABLE, NOT_FOUND after a restart), the
+/// sequence moves: another replica prefills the prompt and every emitted token but the last
+/// (which gives the same cache, bit for bit, as the engines are row- and chunk-invariant) and
+/// the failed round runs again there, with the same tokens and output index, so the keyed
+/// sampler draws what it would have drawn.
 pub struct RemoteSequence {
-    client: VerifierClient<Channel>,
+    pool: Arc<VerifierPool>,
     options: SequenceOptions,
     state: Arc<Mutex<SequenceState>>,
+    history: Mutex<History>,
+    migrations: Arc<AtomicU32>,
 }
 
 fn lock_state(state: &Mutex<SequenceState>) -> MutexGuard<'_, SequenceState> {
@@ -78,11 +103,19 @@ struct PrefillOutcome {
 }
 
 impl RemoteSequence {
-    pub fn new(client: VerifierClient<Channel>, options: SequenceOptions) -> Self {
+    /// A sequence to be placed on a replica of `pool`; moves to another replica add to
+    /// `migrations`.
+    pub fn new(
+        pool: Arc<VerifierPool>,
+        options: SequenceOptions,
+        migrations: Arc<AtomicU32>,
+    ) -> Self {
         Self {
-            client,
+            pool,
             options,
             state: Arc::default(),
+            history: Mutex::default(),
+            migrations,
         }
     }
 
@@ -90,10 +123,152 @@ impl RemoteSequence {
         lock_state(&self.state)
     }
 
+    fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn current(&self) -> Result<Handle, RemoteError> {
         self.state()
             .live
+            .clone()
             .ok_or_else(|| RemoteError::protocol("verifier", "no sequence is live"))
+    }
+
+    /// Whether `status` says the replica (or the sequence on it) is gone, rather than that
+    /// the request is wrong or its deadline passed.
+    fn replica_lost(&self, status: &Status) -> bool {
+        match status.code() {
+            Code::Unavailable | Code::Unknown | Code::NotFound | Code::Aborted => true,
+            // Every call carries the client's deadline, so with one set these mean it passed.
+            Code::DeadlineExceeded | Code::Cancelled => self.options.deadline.is_none(),
+            _ => false,
+        }
+    }
+
+    /// Creates the sequence on a replica: the best one of the pool, then the next best
+    /// while replicas fail. The sequence is recorded in the shared state by the call itself.
+    async fn place(
+        &self,
+        wire: WirePrefill,
+        round_base: u64,
+        exclude: &mut Vec<String>,
+    ) -> Result<PrefillOutcome, RemoteError> {
+        loop {
+            let replica = self.pool.pick(exclude).ok_or_else(|| {
+                RemoteError::verifier(Status::unavailable("no verifier replica is reachable"))
+            })?;
+            match self
+                .prefill_on(replica.clone(), wire.clone(), round_base)
+                .await
+            {
+                Err(RemoteError::Status { status, .. }) if self.replica_lost(&status) => {
+                    warn!(url = %replica.url(), %status, "prefill failed; trying another verifier");
+                    self.pool.failed(&replica);
+                    exclude.push(replica.url().to_owned());
+                }
+                Err(RemoteError::Status { status, .. })
+                    if status.code() == Code::ResourceExhausted =>
+                {
+                    // Full: another replica may have room.
+                    exclude.push(replica.url().to_owned());
+                    if self.pool.pick(exclude).is_none() {
+                        return Err(RemoteError::verifier(status));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs Prefill on `replica` in its own task, so that the call always learns the
+    /// sequence id and records it in the shared state itself: a request dropped before or
+    /// after that point finds the sequence there (`release_detached`), or the task finds the
+    /// request gone and releases the sequence.
+    async fn prefill_on(
+        &self,
+        replica: Arc<Replica>,
+        wire: WirePrefill,
+        round_base: u64,
+    ) -> Result<PrefillOutcome, RemoteError> {
+        let (sender, receiver) = oneshot::channel();
+        let deadline = self.options.deadline;
+        let state = self.state.clone();
+        crate::detached::spawn(
+            async move {
+                let client = replica.client();
+                let outcome = prefill_call(client.clone(), wire, deadline).await;
+                if let Ok(outcome) = &outcome {
+                    let recorded = {
+                        let mut state = lock_state(&state);
+                        if !state.abandoned {
+                            state.live = Some(Handle {
+                                replica,
+                                seq_id: outcome.seq_id,
+                                committed_len: outcome.committed_len,
+                                round_base,
+                            });
+                        }
+                        !state.abandoned
+                    };
+                    if !recorded {
+                        release_call(client, outcome.seq_id).await;
+                        return;
+                    }
+                }
+                let _ = sender.send(outcome);
+            }
+            .instrument(tracing::Span::current()),
+        );
+        receiver
+            .await
+            .map_err(|_| RemoteError::protocol("verifier", "prefill task ended early"))?
+    }
+
+    /// Moves the sequence off `lost`'s replica: the prompt and every emitted token but the
+    /// last are prefilled on another replica, where the round `round` runs next.
+    async fn migrate(&self, lost: &Handle, round: u32) -> Result<Handle, RemoteError> {
+        self.pool.failed(&lost.replica);
+        let from = lost.replica.url().to_owned();
+        let span = tracing::info_span!("migrate", from = %from, to = tracing::field::Empty);
+        let wire = {
+            let history = self.history();
+            let committed = lost.committed_len as usize;
+            let emitted = history.ids.len().saturating_sub(history.prompt_len);
+            WirePrefill {
+                prompt_ids: history.ids[..committed.min(history.ids.len())].to_vec(),
+                sampling: history.sampling,
+                // The cache's room stays prompt + max_tokens.
+                max_new_tokens: self
+                    .options
+                    .max_new_tokens
+                    .saturating_sub(u32::try_from(emitted).unwrap_or(u32::MAX))
+                    .saturating_add(1),
+                with_mtp_state: history.with_mtp_state,
+                max_chunk_bytes: self.options.max_chunk_bytes,
+            }
+        };
+        // The lost replica may still hold the sequence (a dropped connection, not a crash).
+        crate::detached::try_spawn(release_call(lost.replica.client(), lost.seq_id));
+        let mut exclude = vec![from];
+        let outcome = self
+            .place(wire, u64::from(round), &mut exclude)
+            .instrument(span.clone())
+            .await?;
+        if outcome.committed_len != lost.committed_len {
+            return Err(RemoteError::protocol(
+                "verifier",
+                format!(
+                    "migration: the new sequence holds {} tokens, the lost one {}",
+                    outcome.committed_len, lost.committed_len
+                ),
+            ));
+        }
+        let moved = self.current()?;
+        span.record("to", moved.replica.url());
+        info!(parent: &span, seq_id = moved.seq_id, "request moved to another verifier");
+        self.migrations.fetch_add(1, Ordering::Relaxed);
+        specd_telemetry::record::verifier_migration();
+        Ok(moved)
     }
 
     /// The sequence's shared-K/V snapshot at its committed length, for opening a drafter
@@ -108,9 +283,9 @@ impl RemoteSequence {
             self.options.deadline,
         )
         .map_err(RemoteError::verifier)?;
-        let mut stream = self
-            .client
-            .clone()
+        let mut stream = handle
+            .replica
+            .client()
             .snapshot(request)
             .await
             .map_err(RemoteError::verifier)?
@@ -179,72 +354,15 @@ async fn release_call(mut client: VerifierClient<Channel>, seq_id: u64) {
     }
 }
 
-impl Verifier for RemoteSequence {
-    type Carry = WireCarry;
-    type Error = RemoteError;
-
-    async fn prefill(&self, request: PrefillRequest) -> Result<Prefilled<WireCarry>, RemoteError> {
-        let wire = WirePrefill {
-            prompt_ids: request.prompt_ids,
-            sampling: Some(sampling_to_wire(&request.sampling)),
-            max_new_tokens: self.options.max_new_tokens,
-            // A request that runs without its drafter (declined) ships no MTP state.
-            with_mtp_state: self.options.with_mtp_state && request.want_carry,
-            max_chunk_bytes: self.options.max_chunk_bytes,
-        };
-        // The call runs in its own task so that it always learns the sequence id, and records
-        // it in the shared state itself: a request dropped before or after that point finds
-        // the sequence there (`release_detached`), or the task finds the request gone and
-        // releases the sequence.
-        let (sender, receiver) = oneshot::channel();
-        let client = self.client.clone();
-        let deadline = self.options.deadline;
-        let state = self.state.clone();
-        crate::detached::spawn(
-            async move {
-                let outcome = prefill_call(client.clone(), wire, deadline).await;
-                if let Ok(outcome) = &outcome {
-                    let recorded = {
-                        let mut state = lock_state(&state);
-                        if !state.abandoned {
-                            state.live = Some(Handle {
-                                seq_id: outcome.seq_id,
-                                committed_len: outcome.committed_len,
-                            });
-                        }
-                        !state.abandoned
-                    };
-                    if !recorded {
-                        release_call(client, outcome.seq_id).await;
-                        return;
-                    }
-                }
-                let _ = sender.send(outcome);
-            }
-            .instrument(tracing::Span::current()),
-        );
-        let outcome = receiver
-            .await
-            .map_err(|_| RemoteError::protocol("verifier", "prefill task ended early"))??;
-        Ok(Prefilled {
-            first_token: outcome.first_token,
-            carry: request.want_carry.then_some(outcome.carry),
-        })
-    }
-
-    async fn verify(&self, request: VerifyRequest) -> Result<Verified<WireCarry>, RemoteError> {
-        let handle = self.current()?;
-        let wire = WireVerify {
-            seq_id: handle.seq_id,
-            round: u64::from(request.round) + 1,
-            tokens: request.tokens,
-            budget: u32::try_from(request.budget).unwrap_or(u32::MAX),
-            output_index_base: u32::try_from(request.output_index_base).map_err(|_| {
-                RemoteError::protocol("router", "output index exceeds the wire's 32 bits")
-            })?,
-            committed_len: handle.committed_len,
-        };
-        let span = client_telemetry::verify_span(&wire);
+impl RemoteSequence {
+    /// One Verify on the sequence's replica, retried once on the same replica after a
+    /// transport failure (the round is idempotent, so a retry after a lost answer is safe).
+    async fn verify_on(
+        &self,
+        handle: &Handle,
+        wire: &WireVerify,
+    ) -> Result<specd_wire::verifier::VerifyResponse, RemoteError> {
+        let span = client_telemetry::verify_span(wire);
         let started = Instant::now();
         let mut attempt = 0;
         let response = loop {
@@ -252,9 +370,9 @@ impl Verifier for RemoteSequence {
             let request = span
                 .in_scope(|| with_deadline(wire.clone(), self.options.deadline))
                 .map_err(RemoteError::verifier)?;
-            match self
-                .client
-                .clone()
+            match handle
+                .replica
+                .client()
                 .verify(request)
                 .instrument(span.clone())
                 .await
@@ -266,20 +384,83 @@ impl Verifier for RemoteSequence {
                 Err(status) => return Err(RemoteError::verifier(status)),
             }
         };
-        client_telemetry::verified(&span, &wire, &response, started);
+        client_telemetry::verified(&span, wire, &response, started);
+        Ok(response)
+    }
+}
+
+impl Verifier for RemoteSequence {
+    type Carry = WireCarry;
+    type Error = RemoteError;
+
+    async fn prefill(&self, request: PrefillRequest) -> Result<Prefilled<WireCarry>, RemoteError> {
+        let sampling = sampling_to_wire(&request.sampling);
+        // A request that runs without its drafter (declined) ships no MTP state.
+        let with_mtp_state = self.options.with_mtp_state && request.want_carry;
+        {
+            let mut history = self.history();
+            history.ids = request.prompt_ids.clone();
+            history.prompt_len = request.prompt_ids.len();
+            history.sampling = Some(sampling);
+            history.with_mtp_state = with_mtp_state;
+        }
+        let wire = WirePrefill {
+            prompt_ids: request.prompt_ids,
+            sampling: Some(sampling),
+            max_new_tokens: self.options.max_new_tokens,
+            with_mtp_state,
+            max_chunk_bytes: self.options.max_chunk_bytes,
+        };
+        let outcome = self.place(wire, 0, &mut Vec::new()).await?;
+        self.history().ids.push(outcome.first_token);
+        Ok(Prefilled {
+            first_token: outcome.first_token,
+            carry: request.want_carry.then_some(outcome.carry),
+        })
+    }
+
+    async fn verify(&self, request: VerifyRequest) -> Result<Verified<WireCarry>, RemoteError> {
+        let mut handle = self.current()?;
+        let output_index_base = u32::try_from(request.output_index_base).map_err(|_| {
+            RemoteError::protocol("router", "output index exceeds the wire's 32 bits")
+        })?;
+        let (response, wire) = loop {
+            let wire = WireVerify {
+                seq_id: handle.seq_id,
+                round: u64::from(request.round) + 1 - handle.round_base,
+                tokens: request.tokens.clone(),
+                budget: u32::try_from(request.budget).unwrap_or(u32::MAX),
+                output_index_base,
+                committed_len: handle.committed_len,
+            };
+            match self.verify_on(&handle, &wire).await {
+                Ok(response) => break (response, wire),
+                Err(RemoteError::Status { status, .. }) if self.replica_lost(&status) => {
+                    warn!(
+                        url = %handle.replica.url(),
+                        seq_id = handle.seq_id,
+                        %status,
+                        "verifier lost; moving the request"
+                    );
+                    handle = self.migrate(&handle, request.round).await?;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         let expected = handle.committed_len as u64 + response.accepted as u64 + 1;
         if u64::from(response.committed_len) != expected {
             return Err(RemoteError::protocol(
                 "verifier",
                 format!(
                     "verify: committed_len {} after accepting {} from {}",
-                    response.committed_len, response.accepted, handle.committed_len
+                    response.committed_len, response.accepted, wire.committed_len
                 ),
             ));
         }
         if let Some(live) = self.state().live.as_mut() {
             live.committed_len = response.committed_len;
         }
+        self.history().ids.extend_from_slice(&response.new_tokens);
         let carry = WireCarry {
             hidden: response.hidden,
             snapshot: Vec::new(),
@@ -302,9 +483,9 @@ impl Verifier for RemoteSequence {
         let handle = self.current()?;
         let committed_len = u32::try_from(committed_len)
             .map_err(|_| RemoteError::protocol("router", "committed length exceeds 32 bits"))?;
-        let response = self
-            .client
-            .clone()
+        let response = handle
+            .replica
+            .client()
             .truncate(
                 with_deadline(
                     TruncateRequest {
@@ -327,11 +508,11 @@ impl Verifier for RemoteSequence {
     async fn release(&self, _seq: SeqId) -> Result<(), RemoteError> {
         // The handle stays until the call has answered: if this future is dropped meanwhile
         // (a deadline, a cancelled client), `release_detached` still knows the sequence.
-        let handle = self.state().live;
+        let handle = self.state().live.clone();
         if let Some(handle) = handle {
-            let released = self
-                .client
-                .clone()
+            let released = handle
+                .replica
+                .client()
                 .release(traced(ReleaseRequest {
                     seq_id: handle.seq_id,
                 }))
@@ -351,7 +532,7 @@ impl Verifier for RemoteSequence {
         let Some(handle) = live else {
             return;
         };
-        if !crate::detached::try_spawn(release_call(self.client.clone(), handle.seq_id)) {
+        if !crate::detached::try_spawn(release_call(handle.replica.client(), handle.seq_id)) {
             warn!(
                 seq_id = handle.seq_id,
                 "no runtime to release the verifier sequence on; it will expire"

@@ -37,6 +37,8 @@ pub struct RequestFacts {
     pub stop: Vec<String>,
     /// Drafter sessions re-opened elsewhere, counted while the request runs.
     pub resyncs: Arc<AtomicU32>,
+    /// Moves to another verifier replica.
+    pub migrations: Arc<AtomicU32>,
 }
 
 /// The last message's fields.
@@ -83,6 +85,7 @@ impl RequestFacts {
             mean_accepted_tokens_per_round: spec.accepted_tokens_per_round().unwrap_or(0.0),
             plain_rounds: saturate(spec.rounds.saturating_sub(drafting_rounds)),
             drafter_resyncs: self.resyncs.load(Ordering::Relaxed),
+            verifier_migrations: self.migrations.load(Ordering::Relaxed),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

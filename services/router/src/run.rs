@@ -9,8 +9,6 @@ use specd_core::{
     RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
 };
 use specd_wire::drafter::DrafterKind;
-use specd_wire::verifier::VerifierClient;
-use tonic::transport::Channel;
 use tonic::Status;
 
 use crate::admission::Admission;
@@ -20,11 +18,12 @@ use crate::error::RemoteError;
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
 use crate::validate::{BlockChoice, Plan};
+use crate::verifiers::VerifierPool;
 use specd_text::TargetText;
 
 /// Everything requests share.
 pub struct RouterState {
-    pub(crate) verifier: VerifierClient<Channel>,
+    pub(crate) verifiers: Arc<VerifierPool>,
     pub(crate) limits: TargetLimits,
     pub(crate) config: RouterConfig,
     pub(crate) drafters: Drafters,
@@ -40,11 +39,13 @@ pub(crate) struct RequestScope {
     pub deadline: Option<Instant>,
     /// Drafter sessions the request re-opened elsewhere after a drafter failed.
     pub resyncs: Arc<AtomicU32>,
+    /// Moves of the request's sequence to another verifier replica.
+    pub migrations: Arc<AtomicU32>,
 }
 
 impl RouterState {
     pub(crate) fn new(
-        verifier: VerifierClient<Channel>,
+        verifiers: Arc<VerifierPool>,
         limits: TargetLimits,
         config: RouterConfig,
         drafters: Drafters,
@@ -59,7 +60,7 @@ impl RouterState {
             drafter_parallelism,
         ));
         Self {
-            verifier,
+            verifiers,
             limits,
             config,
             drafters,
@@ -124,7 +125,8 @@ impl RouterState {
         let text = &*self.text;
         let result = match (&self.drafters, block.is_speculative()) {
             (Drafters::Ngram(ngram), true) => {
-                let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                let verifier =
+                    RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone());
                 RoundLoop::new(&verifier, Some(&**ngram), text)
                     .run(request(block), sink, control)
                     .await
@@ -137,7 +139,11 @@ impl RouterState {
                         block.requested = block.requested.min(depth);
                         block.configured = block.configured.min(depth);
                         options.with_mtp_state = info.kind == DrafterKind::Mtp;
-                        let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                        let verifier = RemoteSequence::new(
+                            self.verifiers.clone(),
+                            options,
+                            scope.migrations.clone(),
+                        );
                         let session = RemoteSession::new(
                             pool.clone(),
                             lease,
@@ -163,21 +169,37 @@ impl RouterState {
                     // With no drafter to be had, a hybrid request still has the lookup.
                     None => match &self.drafters {
                         Drafters::Hybrid { lookup, .. } => {
-                            let verifier = RemoteSequence::new(self.verifier.clone(), options);
+                            let verifier = RemoteSequence::new(
+                                self.verifiers.clone(),
+                                options,
+                                scope.migrations.clone(),
+                            );
                             RoundLoop::new(&verifier, Some(&**lookup), text)
                                 .run(request(block), sink, control)
                                 .await
                         }
                         _ => {
-                            self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
-                                .await
+                            self.run_plain(
+                                request(BlockSizeConfig::PLAIN),
+                                options,
+                                scope,
+                                sink,
+                                control,
+                            )
+                            .await
                         }
                     },
                 }
             }
             _ => {
-                self.run_plain(request(BlockSizeConfig::PLAIN), options, sink, control)
-                    .await
+                self.run_plain(
+                    request(BlockSizeConfig::PLAIN),
+                    options,
+                    scope,
+                    sink,
+                    control,
+                )
+                .await
             }
         };
         result.map_err(loop_status)
@@ -196,10 +218,12 @@ impl RouterState {
         &self,
         request: GenerationRequest,
         options: SequenceOptions,
+        scope: &RequestScope,
         sink: &mut S,
         control: &RequestControl,
     ) -> Result<Finish, RoundLoopError<RemoteError>> {
-        let verifier = RemoteSequence::new(self.verifier.clone(), options);
+        let verifier =
+            RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone());
         RoundLoop::plain(&verifier, &*self.text)
             .run(request, sink, control)
             .await

@@ -13,14 +13,15 @@ use crate::service::GenerationService;
 
 /// Serves `service` on `incoming` until `shutdown` resolves, then drains: health turns
 /// NOT_SERVING, new requests are refused with UNAVAILABLE, and the server stops once the
-/// running requests finished. A service exists only once the verifier has answered, so
-/// health reports SERVING from the start.
+/// running requests finished. Until then health follows the verifiers: SERVING while one
+/// answers, NOT_SERVING while none does.
 pub async fn serve(
     service: GenerationService,
     incoming: TcpIncoming,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let limits = service.config().limits;
+    let available = service.verifier_reachable();
     let draining = service.clone();
     let finishing = service.clone();
     let generation = GenerationServer::new(service).with_message_limits(&limits);
@@ -37,6 +38,7 @@ pub async fn serve(
         specd_telemetry::propagation::server_span,
         shutdown,
         drain,
+        Some(available),
     )
     .await
 }

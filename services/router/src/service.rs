@@ -8,11 +8,8 @@ use specd_telemetry::record::ActiveRequest;
 use specd_wire::generation::{
     GenerateRequest, GenerateResponse, GenerateStreamResponse, Generation,
 };
-use specd_wire::limits::WithMessageLimits;
-use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 use tracing::{debug, warn, Instrument};
 
@@ -24,6 +21,7 @@ use crate::report::RequestFacts;
 use crate::run::{RequestScope, RouterState};
 use crate::sink::{CollectSink, StreamSink};
 use crate::validate::{plan, Plan};
+use crate::verifiers::{PoolError, VerifierPool, VerifierSource};
 use specd_text::TargetText;
 
 /// Messages buffered per stream before the round loop waits for the client.
@@ -35,14 +33,8 @@ const CLEANUP_GRACE: Duration = Duration::from_secs(10);
 /// The router could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum RouterSetupError {
-    #[error("verifier url {url}: {reason}")]
-    VerifierUrl { url: String, reason: String },
-    #[error("verifier at {url} did not answer Stats within {waited:?}: {status}")]
-    VerifierUnavailable {
-        url: String,
-        waited: Duration,
-        status: Status,
-    },
+    #[error(transparent)]
+    Verifiers(#[from] PoolError),
     #[error(transparent)]
     Drafters(#[from] DrafterSetupError),
 }
@@ -54,39 +46,17 @@ pub struct GenerationService {
 }
 
 impl GenerationService {
-    /// Connects to the verifier at `verifier_url`, retrying its Stats for up to `wait`
-    /// (the verifier may still be loading), and sets up the drafters.
+    /// Connects to the verifiers of `verifiers`, waiting up to `wait` for one to answer its
+    /// Stats (it may still be loading), and sets up the drafters.
     pub async fn connect(
-        verifier_url: &str,
+        verifiers: &VerifierSource,
         source: &DraftSource,
         text: TargetText,
         config: RouterConfig,
         wait: Duration,
     ) -> Result<Self, RouterSetupError> {
-        let channel = Endpoint::from_shared(verifier_url.to_owned())
-            .map_err(|e| RouterSetupError::VerifierUrl {
-                url: verifier_url.to_owned(),
-                reason: e.to_string(),
-            })?
-            .connect_lazy();
-        let client = VerifierClient::new(channel).with_message_limits(&config.limits);
-        let deadline = Instant::now() + wait;
-        let limits = loop {
-            match client.clone().stats(VerifierStatsRequest {}).await {
-                Ok(stats) => break TargetLimits::from(stats.into_inner()),
-                Err(status) if Instant::now() < deadline => {
-                    debug!(%status, "verifier not ready; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(status) => {
-                    return Err(RouterSetupError::VerifierUnavailable {
-                        url: verifier_url.to_owned(),
-                        waited: wait,
-                        status,
-                    })
-                }
-            }
-        };
+        let pool = VerifierPool::connect(verifiers, &config.limits, wait).await?;
+        let limits = pool.target().clone();
         if text.eos_token_ids().is_empty() {
             warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
         }
@@ -96,7 +66,7 @@ impl GenerationService {
         }
         Ok(Self {
             state: Arc::new(RouterState::new(
-                client,
+                pool,
                 limits,
                 config,
                 drafters,
@@ -141,6 +111,7 @@ impl GenerationService {
         let plan = plan(request, &state.limits, &state.config, &state.text)?;
         let admitted = state.admission.admit()?;
         let resyncs = Arc::new(AtomicU32::new(0));
+        let migrations = Arc::new(AtomicU32::new(0));
         let facts = RequestFacts {
             started,
             prompt_tokens: plan.prompt_ids.len(),
@@ -148,11 +119,16 @@ impl GenerationService {
             context_capped: plan.context_capped,
             stop: plan.stop.clone(),
             resyncs: resyncs.clone(),
+            migrations: migrations.clone(),
         };
         Ok(Prepared {
             plan,
             facts,
-            scope: RequestScope { deadline, resyncs },
+            scope: RequestScope {
+                deadline,
+                resyncs,
+                migrations,
+            },
             admitted,
         })
     }
@@ -223,13 +199,9 @@ impl GenerationService {
         Ok(self.stream(prepared))
     }
 
-    /// Whether the verifier answers Stats within `wait`.
-    pub(crate) async fn verifier_reachable(&self, wait: Duration) -> bool {
-        let mut client = self.state.verifier.clone();
-        matches!(
-            tokio::time::timeout(wait, client.stats(VerifierStatsRequest {})).await,
-            Ok(Ok(_))
-        )
+    /// Follows whether any verifier replica answers.
+    pub fn verifier_reachable(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.state.verifiers.reachable()
     }
 
     /// Whether the router is draining (refusing new requests).

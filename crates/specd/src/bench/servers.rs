@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use specd_drafter::{DraftEngine, DrafterServerConfig, DrafterService};
-use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText};
+use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText, VerifierSource};
 use specd_verifier::server::{VerifierServerConfig, VerifierService};
 use specd_verifier::{LocalVerifier, TargetModel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,7 +59,7 @@ pub async fn router(
         ..RouterConfig::default()
     };
     let service = GenerationService::connect(
-        verifier_url,
+        &VerifierSource::single(verifier_url),
         source,
         TargetText::without_tokenizer(eos_token_ids),
         config,

@@ -10,6 +10,7 @@ use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_router::{
     serve, serve_http, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText,
+    VerifierDns, VerifierSource,
 };
 
 use super::listen::{bind, bind_http, shutdown_signal};
@@ -38,9 +39,24 @@ pub struct RouterArgs {
     /// model name, its checkpoint's file or directory name).
     #[arg(long, env = "SPECD_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
-    /// The verifier, e.g. http://verifier:50051.
+    /// The verifier, e.g. http://verifier:50051 (one replica; see --verifiers).
     #[arg(long, env = "SPECD_VERIFIER")]
-    pub verifier: String,
+    pub verifier: Option<String>,
+    /// Verifier replicas serving the same target, comma-separated, e.g.
+    /// http://verifier-0:50051,http://verifier-1:50051. A request runs on the replica with
+    /// the most free K/V budget and moves to another, losslessly, when its replica fails.
+    #[arg(long, env = "SPECD_VERIFIERS", value_delimiter = ',')]
+    pub verifiers: Vec<String>,
+    /// A DNS name whose addresses are verifier replicas, host:port (a Kubernetes headless
+    /// service); resolved again every --verifier-dns-refresh-secs.
+    #[arg(long, env = "SPECD_VERIFIER_DNS")]
+    pub verifier_dns: Option<String>,
+    /// Seconds between resolutions of --verifier-dns.
+    #[arg(long, env = "SPECD_VERIFIER_DNS_REFRESH_SECS", default_value_t = 10)]
+    pub verifier_dns_refresh_secs: u64,
+    /// Seconds a failed verifier replica is left out before it is probed back.
+    #[arg(long, env = "SPECD_VERIFIER_BACKOFF_SECS", default_value_t = 10)]
+    pub verifier_backoff_secs: u64,
     /// Drafter services, comma-separated, e.g. http://drafter-0:50052,http://drafter-1:50052
     /// (not with --draft ngram).
     #[arg(long, env = "SPECD_DRAFTERS", value_delimiter = ',')]
@@ -120,6 +136,24 @@ fn draft_source(args: &RouterArgs) -> Result<DraftSource> {
     })
 }
 
+/// Where the verifier replicas are, as the verifier flags say.
+fn verifier_source(args: &RouterArgs) -> Result<VerifierSource> {
+    let mut urls: Vec<String> = args.verifier.iter().cloned().collect();
+    urls.extend(args.verifiers.iter().cloned());
+    let dns = args.verifier_dns.as_ref().map(|name| VerifierDns {
+        name: name.clone(),
+        refresh: Duration::from_secs(args.verifier_dns_refresh_secs),
+    });
+    if urls.is_empty() && dns.is_none() {
+        bail!("no verifier: give --verifier, --verifiers or --verifier-dns");
+    }
+    Ok(VerifierSource {
+        urls,
+        dns,
+        backoff: Duration::from_secs(args.verifier_backoff_secs),
+    })
+}
+
 pub async fn run(args: RouterArgs) -> Result<()> {
     let source = draft_source(&args)?;
     let text = match &args.target {
@@ -139,7 +173,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         max_batch_tokens: args.max_batch_tokens,
     };
     let service = GenerationService::connect(
-        &args.verifier,
+        &verifier_source(&args)?,
         &source,
         text,
         config,

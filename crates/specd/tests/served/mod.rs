@@ -34,10 +34,15 @@ pub struct Service {
 impl Service {
     /// Starts `specd serve <args>` on a free port and waits for its `listening on` line.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_on(args, "127.0.0.1:0")
+    }
+
+    /// Starts `specd serve <args>` listening on `addr` (a restart on a known port).
+    pub fn start_on(args: &[&str], addr: &str) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
             .arg("serve")
             .args(args)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", addr])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -87,6 +92,35 @@ impl Service {
 
     pub fn verifier() -> Self {
         Self::start(&["verifier", "--target", &path(fixture("target-full"))])
+    }
+
+    /// The verifier of the tiny target on `addr`.
+    pub fn verifier_on(addr: &str) -> Self {
+        Self::start_on(
+            &["verifier", "--target", &path(fixture("target-full"))],
+            addr,
+        )
+    }
+
+    /// `host:port` of the service.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// A router over the verifier replicas `verifiers` and the drafters `drafters`.
+    pub fn router_over(verifiers: &[&Service], drafters: &[&Service], extra: &[&str]) -> Self {
+        let join = |services: &[&Service]| {
+            let urls: Vec<&str> = services.iter().map(|s| s.url.as_str()).collect();
+            urls.join(",")
+        };
+        let (verifiers, drafters_urls) = (join(verifiers), join(drafters));
+        let target = path(fixture("target-full"));
+        let mut args = vec!["router", "--verifiers", &verifiers, "--target", &target];
+        if !drafters.is_empty() {
+            args.extend(["--drafters", &drafters_urls]);
+        }
+        args.extend(extra);
+        Self::start(&args)
     }
 
     pub fn mtp_drafter() -> Self {

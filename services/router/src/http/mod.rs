@@ -9,7 +9,6 @@ mod response;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -26,9 +25,6 @@ pub use error::ApiError;
 use response::Api;
 
 use crate::service::GenerationService;
-
-/// How long `/health` waits for the verifier's Stats.
-const HEALTH_PROBE: Duration = Duration::from_secs(2);
 
 /// What the handlers share.
 struct HttpState {
@@ -155,7 +151,7 @@ async fn model_by_id(State(state): State<Arc<HttpState>>, Path(id): Path<String>
 async fn health(State(state): State<Arc<HttpState>>) -> Response {
     let problem = if state.service.is_draining() {
         Some("draining: new requests are refused")
-    } else if !state.service.verifier_reachable(HEALTH_PROBE).await {
+    } else if !*state.service.verifier_reachable().borrow() {
         Some("the verifier does not answer")
     } else {
         None

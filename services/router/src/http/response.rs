@@ -178,6 +178,7 @@ fn specd(ending: &Ending) -> Value {
         "mean_accepted_tokens_per_round": stats.mean_accepted_tokens_per_round,
         "plain_rounds": stats.plain_rounds,
         "drafter_resyncs": stats.drafter_resyncs,
+        "verifier_migrations": stats.verifier_migrations,
         "seed": stats.seed,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
         "total_time_ms": stats.total_time_ms,

@@ -1,6 +1,6 @@
 //! Bad requests get the right status code, naming the field, on both RPCs.
 
-use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText};
+use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText, VerifierSource};
 use specd_wire::generation::{generate_request, GenerateRequest, SamplingParams, TokenIds};
 use tonic::Code;
 
@@ -165,7 +165,7 @@ async fn a_router_without_a_verifier_fails_to_start_and_says_why() {
         .unwrap()
         .port();
     let err = GenerationService::connect(
-        &format!("http://127.0.0.1:{port}"),
+        &VerifierSource::single(format!("http://127.0.0.1:{port}")),
         &DraftSource::None,
         TargetText::without_tokenizer(Vec::new()),
         RouterConfig::default(),

@@ -9,7 +9,7 @@ use candle_core::{DType, Device};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_drafter::{DraftEngine, DrafterServerConfig, DrafterService, MtpEngine, RandomDrafts};
-use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText};
+use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText, VerifierSource};
 use specd_verifier::server::{VerifierServerConfig, VerifierService};
 use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};
 use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
@@ -196,7 +196,7 @@ pub async fn start_router_with(
 ) -> Running {
     let text = TargetText::from_dir(target_dir).unwrap();
     let service = GenerationService::connect(
-        &verifier.url(),
+        &VerifierSource::single(verifier.url()),
         &source,
         text,
         config,

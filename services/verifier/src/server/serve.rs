@@ -57,6 +57,7 @@ pub async fn serve<T: TargetModel>(
         specd_telemetry::propagation::server_span,
         shutdown,
         drain,
+        None,
     )
     .await
 }
