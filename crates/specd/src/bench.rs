@@ -15,7 +15,7 @@ mod timing;
 mod ttft;
 mod wire;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -40,8 +40,12 @@ use specd_text::TargetText;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Target: a Gemma 4 checkpoint directory or a GGUF file.
+    #[arg(long, required_unless_present = "print_prompts")]
+    pub target: Option<PathBuf>,
+    /// Print the prompts (the built-in set or --prompts, of --kinds) as `KIND<TAB>TEXT`
+    /// lines, the --prompts file format, and exit: the same prompts for other tools.
     #[arg(long)]
-    pub target: PathBuf,
+    pub print_prompts: bool,
     /// Drafter: a Gemma 4 assistant directory (mtp) or a GGUF file (draft-model).
     #[arg(long)]
     pub drafter: Option<PathBuf>,
@@ -114,14 +118,27 @@ fn levels_of(levels: &[u64]) -> Vec<usize> {
     levels.iter().map(|&c| c as usize).collect()
 }
 
+impl BenchArgs {
+    /// The target (present whenever a benchmark runs: clap requires it then).
+    fn target(&self) -> &Path {
+        self.target.as_deref().unwrap_or(Path::new(""))
+    }
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.print_prompts {
+        for prompt in prompts::texts(args.prompts.as_deref(), &args.kinds)? {
+            println!("{}\t{}", prompt.kind, prompts::escape(&prompt.text));
+        }
+        return Ok(());
+    }
     if args.max_tokens < 2 {
         bail!("max_tokens: needs at least 2 for a round to be timed");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let gguf = crate::generate::detect(&args.target, "target")?.is_gguf();
+    let gguf = crate::generate::detect(args.target(), "target")?.is_gguf();
     runtime.block_on(async move {
         if gguf {
             run_gguf(&args).await
@@ -175,7 +192,7 @@ fn drafter_path(args: &BenchArgs) -> Result<&PathBuf> {
 async fn run_gemma(args: &BenchArgs) -> Result<()> {
     let device = args.device.device()?;
     let dtype = args.dtype.dtype();
-    let tokenizer = dir_text(&args.target)?;
+    let tokenizer = dir_text(args.target())?;
     let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode_raw(s));
     let prompts = load_prompts(
         args,
@@ -184,21 +201,21 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
             .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
     )?;
     let target = Arc::new(
-        Gemma4Target::load(&args.target, dtype, &device)
-            .with_context(|| format!("loading the target from {}", args.target.display()))?,
+        Gemma4Target::load(args.target(), dtype, &device)
+            .with_context(|| format!("loading the target from {}", args.target().display()))?,
     );
     let draft = args.draft.unwrap_or(EmbeddedDraft::Mtp);
     let (embedded, split) = match draft {
         EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid => {
             let dir = drafter_path(args)?;
             let embedded = Box::new(
-                embedded_mtp::load(dir, &args.target, dtype, &device)
+                embedded_mtp::load(dir, args.target(), dtype, &device)
                     .with_context(|| format!("loading the drafter from {}", dir.display()))?,
             );
             let split = if args.no_split {
                 None
             } else {
-                let engine = MtpEngine::load(dir, &args.target, dtype, &device)?;
+                let engine = MtpEngine::load(dir, args.target(), dtype, &device)?;
                 Some(service_source(draft, servers::drafter(Arc::new(engine))?))
             };
             let embedded = match draft {
@@ -223,12 +240,12 @@ async fn run_gemma(args: &BenchArgs) -> Result<()> {
 
 async fn run_gguf(args: &BenchArgs) -> Result<()> {
     let device = args.device.device()?;
-    let text = gguf_text(&args.target)?;
+    let text = gguf_text(args.target())?;
     let encode = |s: &str| text.encode_user(s);
     let prompts = load_prompts(args, Some(&encode))?;
     let target = Arc::new(
-        Qwen2Target::load(&args.target, &device, text.eos_token_ids().to_vec())
-            .with_context(|| format!("loading the target from {}", args.target.display()))?,
+        Qwen2Target::load(args.target(), &device, text.eos_token_ids().to_vec())
+            .with_context(|| format!("loading the target from {}", args.target().display()))?,
     );
     let vocab = target.vocab_size();
     if let Some(counts) = &args.sweep {
@@ -415,7 +432,7 @@ async fn sweep_gguf(
     if args.json {
         let mut out = sweep::json(&result, &costs, &draft_costs, &prompts, &texts, text);
         out["ttft"] = json!(ttft.as_ref().map(ttft::TtftReport::json));
-        out["target"] = json!(args.target.display().to_string());
+        out["target"] = json!(args.target().display().to_string());
         out["drafter"] = json!(args.drafter.as_ref().map(|p| p.display().to_string()));
         out["max_tokens"] = json!(args.max_tokens);
         out["runs"] = json!(args.runs);
@@ -591,7 +608,7 @@ async fn bench_pair<T: TargetModel>(
     let base = modes[0].tokens_per_second();
     if args.json {
         let out = json!({
-            "target": args.target.display().to_string(),
+            "target": args.target().display().to_string(),
             "drafter": args.drafter.as_ref().map(|p| p.display().to_string()),
             "block_size": block_size,
             "adaptive": args.adaptive,

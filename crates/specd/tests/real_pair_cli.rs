@@ -256,6 +256,14 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
             stats.accepted > 0,
             "the 0.5B drafter should get drafts accepted: {stats:?}"
         );
+        // The router overlaps by default: the drafter pre-drafted every round but the first.
+        assert!(
+            stats.predraft_hits + stats.predraft_misses > 0,
+            "no round asked for a pre-draft: {stats:?}"
+        );
+        if temperature == 0.0 {
+            assert!(stats.predraft_hits > 0, "no pre-draft was used: {stats:?}");
+        }
         let by_ngram =
             generate_via(&mut ngram, request(&prompt, temperature, seed, Some(block))).await;
         assert_eq!(

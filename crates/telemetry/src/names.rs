@@ -23,6 +23,7 @@ pub const SPECULATION_SWITCHES: &str = "specd_speculation_switches_total";
 pub const SPECULATION_CAP: &str = "specd_speculation_cap";
 pub const WIRE_BYTES: &str = "specd_wire_bytes_total";
 pub const VERIFIER_MIGRATIONS: &str = "specd_verifier_migrations_total";
+pub const PREDRAFTS: &str = "specd_predraft_total";
 
 /// Upper bounds of the latency histograms, 0.5 ms to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -90,6 +91,10 @@ pub(crate) const HELP: &[(&str, &str)] = &[
     (
         WIRE_BYTES,
         "Protobuf bytes of RPC messages, by rpc and direction.",
+    ),
+    (
+        PREDRAFTS,
+        "Rounds that asked for the drafter's pre-draft, by whether it matched (outcome).",
     ),
     (
         VERIFIER_MIGRATIONS,

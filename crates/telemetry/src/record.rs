@@ -83,6 +83,12 @@ pub fn fallback(cause: &'static str) {
     metrics::counter!(names::FALLBACKS, "cause" => cause).increment(1);
 }
 
+/// A round that asked for the drafter's pre-draft found it usable (`hit`) or not.
+pub fn predraft(hit: bool) {
+    let outcome = if hit { "hit" } else { "miss" };
+    metrics::counter!(names::PREDRAFTS, "outcome" => outcome).increment(1);
+}
+
 /// A request moved to another verifier replica.
 pub fn verifier_migration() {
     metrics::counter!(names::VERIFIER_MIGRATIONS).increment(1);

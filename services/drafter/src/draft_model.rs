@@ -35,8 +35,16 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     committed_len: usize,
     /// Committed tokens not yet in the drafter's cache.
     pending: Vec<u32>,
-    /// Tokens the drafter fed after `committed_len` last round (the bonus and its drafts).
+    /// Tokens the drafter fed after `committed_len` last round (the bonus and its drafts,
+    /// then what the pre-draft fed).
     speculated: Vec<u32>,
+    /// The last draft, not fed yet: where a pre-draft starts.
+    last_draft: Option<u32>,
+    /// Tokens pre-drafted for the next round: the drafter's guess of the target's next
+    /// token, then drafts after it; all but the last are fed.
+    predraft: Vec<u32>,
+    /// The last draft started from the pre-draft.
+    predraft_hit: bool,
 }
 
 fn internal(e: impl std::fmt::Display) -> EngineError {
@@ -162,6 +170,9 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             committed_len: open.committed_len,
             pending: Vec::new(),
             speculated: Vec::new(),
+            last_draft: None,
+            predraft: Vec::new(),
+            predraft_hit: false,
         })
     }
 
@@ -192,12 +203,19 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         } else {
             0
         };
+        session.last_draft = None;
+        session.committed_len += committed.len();
+        if agree == committed.len() && !session.predraft.is_empty() {
+            // Every draft was accepted: what the pre-draft fed stays, for the next draft.
+            session.speculated.drain(..agree);
+            return Ok(());
+        }
+        session.predraft.clear();
         self.model
             .truncate(&mut session.cache, speculated_from + agree)
             .map_err(internal)?;
         session.pending.extend_from_slice(&committed[agree..]);
         session.speculated.clear();
-        session.committed_len += committed.len();
         Ok(())
     }
 
@@ -209,17 +227,66 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
                 format!("token id {} is not below {vocab}", step.bonus),
             ));
         }
-        let mut feed = std::mem::take(&mut session.pending);
-        feed.push(step.bonus);
+        let predraft = std::mem::take(&mut session.predraft);
+        session.predraft_hit = session.pending.is_empty() && predraft.first() == Some(&step.bonus);
         let mut drafts = Vec::with_capacity(step.count);
-        let mut next = self.next_token(&feed, &mut session.cache)?;
-        session.speculated = vec![step.bonus];
-        drafts.push(next);
+        if session.predraft_hit {
+            // The cache holds the committed tokens and what the pre-draft fed after them:
+            // the bonus and the pre-drafted tokens before the last, as drafting would have.
+            // Keeping m drafts keeps m of those fed tokens: the bonus and m - 1 drafts.
+            drafts.extend(predraft.into_iter().skip(1).take(step.count));
+            let fed = drafts.len();
+            self.model
+                .truncate(&mut session.cache, session.committed_len + fed)
+                .map_err(internal)?;
+            session.speculated = std::iter::once(step.bonus)
+                .chain(drafts.iter().copied())
+                .take(fed)
+                .collect();
+            if drafts.is_empty() {
+                drafts.push(self.next_token(&[step.bonus], &mut session.cache)?);
+                session.speculated.push(step.bonus);
+            }
+        } else {
+            // A pre-draft the target did not follow: back to the committed tokens.
+            if !session.speculated.is_empty() && session.pending.is_empty() {
+                self.model
+                    .truncate(&mut session.cache, session.committed_len)
+                    .map_err(internal)?;
+            }
+            let mut feed = std::mem::take(&mut session.pending);
+            feed.push(step.bonus);
+            session.speculated = vec![step.bonus];
+            drafts.push(self.next_token(&feed, &mut session.cache)?);
+        }
         while drafts.len() < step.count {
-            next = self.next_token(&[next], &mut session.cache)?;
-            session.speculated.push(drafts[drafts.len() - 1]);
+            let last = drafts[drafts.len() - 1];
+            let next = self.next_token(&[last], &mut session.cache)?;
+            session.speculated.push(last);
             drafts.push(next);
         }
+        session.last_draft = drafts.last().copied();
         Ok(drafts)
+    }
+
+    fn predraft_step(
+        &self,
+        session: &mut Self::Session,
+        count: usize,
+    ) -> Result<bool, EngineError> {
+        if session.predraft.len() > count {
+            return Ok(false);
+        }
+        let Some(feed) = session.predraft.last().copied().or(session.last_draft) else {
+            return Ok(false);
+        };
+        let next = self.next_token(&[feed], &mut session.cache)?;
+        session.speculated.push(feed);
+        session.predraft.push(next);
+        Ok(true)
+    }
+
+    fn predraft_hit(&self, session: &Self::Session) -> bool {
+        session.predraft_hit
     }
 }

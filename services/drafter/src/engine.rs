@@ -136,4 +136,23 @@ pub trait DraftEngine: Send + Sync + 'static {
 
     /// Proposes up to `step.count` tokens after the bonus (fewer when it stops early).
     fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError>;
+
+    /// Pre-drafts the next round one more token while the target verifies this one,
+    /// assuming every draft is accepted and the target's next token is the drafter's own: up
+    /// to `count + 1` tokens (that token and `count` drafts after it). `Ok(false)` once there
+    /// is nothing more to do, or when the engine does not pre-draft (an MTP drafter needs
+    /// the verify's hidden state).
+    fn predraft_step(
+        &self,
+        _session: &mut Self::Session,
+        _count: usize,
+    ) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Whether the last [`DraftEngine::draft`] started from the pre-draft (the target's next
+    /// token was the one the drafter pre-drafted after).
+    fn predraft_hit(&self, _session: &Self::Session) -> bool {
+        false
+    }
 }

@@ -20,6 +20,8 @@ pub struct RouterConfig {
     /// Tokens all running requests may verify per round together: under load each
     /// request's block size is capped to its share (0: no cap).
     pub max_batch_tokens: usize,
+    /// Draft-model drafters pre-draft the next round while the verifier verifies this one.
+    pub overlap: bool,
 }
 
 impl Default for RouterConfig {
@@ -31,6 +33,7 @@ impl Default for RouterConfig {
             max_block_size: 8,
             max_concurrent_requests: 64,
             max_batch_tokens: 32,
+            overlap: true,
         }
     }
 }

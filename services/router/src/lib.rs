@@ -20,6 +20,7 @@ mod discovery;
 pub mod drafters;
 pub mod error;
 mod http;
+pub mod predraft;
 pub mod remote_drafter;
 pub mod remote_verifier;
 mod report;

@@ -27,6 +27,7 @@ use crate::client_telemetry;
 use crate::deadline::with_deadline;
 use crate::drafters::{DrafterPool, Lease};
 use crate::error::RemoteError;
+use crate::predraft::PredraftCounts;
 use crate::remote_verifier::RemoteSequence;
 use crate::sampling::sampling_to_wire;
 use specd_telemetry::propagation::traced;
@@ -45,6 +46,8 @@ struct SessionState {
     /// what a new session on another drafter starts from.
     context: Vec<u32>,
     sampling: Option<SamplingParams>,
+    /// The last Draft asked the drafter to pre-draft this round.
+    predrafting: bool,
 }
 
 /// Sessions opened by spawned Open calls that the request has not taken over yet, and
@@ -69,6 +72,8 @@ pub struct RemoteSession<'a> {
     deadline: Option<Instant>,
     /// Sessions re-opened on another drafter, reported in the request's stats.
     resyncs: Arc<AtomicU32>,
+    /// Pre-drafting (overlap) on, and the request's count of its hits and misses.
+    predraft: Option<Arc<PredraftCounts>>,
     state: Mutex<SessionState>,
     opening: Arc<Mutex<Opening>>,
 }
@@ -89,13 +94,18 @@ impl<'a> RemoteSession<'a> {
         verifier: &'a RemoteSequence,
         deadline: Option<Instant>,
         resyncs: Arc<AtomicU32>,
+        predraft: Option<Arc<PredraftCounts>>,
     ) -> Self {
+        // An MTP drafter needs each verify's hidden state: it cannot draft ahead.
+        let kind = lease.info().kind;
+        let predraft = predraft.filter(|_| kind == DrafterKind::DraftModel);
         Self {
             pool,
-            kind: lease.info().kind,
+            kind,
             verifier,
             deadline,
             resyncs,
+            predraft,
             state: Mutex::new(SessionState {
                 lease: Some(Arc::new(lease)),
                 ..SessionState::default()
@@ -200,8 +210,13 @@ impl<'a> RemoteSession<'a> {
         }
     }
 
-    /// One Draft call on the open session.
-    async fn draft_on(&self, lease: &Lease, wire: WireDraft) -> Result<Vec<u32>, CallFailure> {
+    /// One Draft call on the open session: the drafts, and whether they came from the
+    /// drafter's pre-draft.
+    async fn draft_on(
+        &self,
+        lease: &Lease,
+        wire: WireDraft,
+    ) -> Result<(Vec<u32>, bool), CallFailure> {
         let span = client_telemetry::draft_span(&wire);
         let started = Instant::now();
         let request_bytes = prost::Message::encoded_len(&wire);
@@ -220,7 +235,7 @@ impl<'a> RemoteSession<'a> {
                     drafts.len(),
                     started,
                 );
-                Ok(drafts)
+                Ok((drafts, response.predraft_hit))
             }
             Err(status) => Err(self.failure(status)),
         }
@@ -303,8 +318,9 @@ impl<'a> RemoteSession<'a> {
                 carry: Some(carry),
                 ..wire.clone()
             };
+            let predrafting = first.predraft;
             match self.draft_on(&lease, first).await {
-                Ok(drafts) => {
+                Ok((drafts, _)) => {
                     self.claim(session_id);
                     info!(url = lease.url(), session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
@@ -316,6 +332,7 @@ impl<'a> RemoteSession<'a> {
                         hidden,
                         context,
                         sampling: Some(sampling),
+                        predrafting,
                     };
                     return Ok(drafts);
                 }
@@ -467,13 +484,18 @@ impl Drafter for RemoteSession<'_> {
             output_index_base: u32::try_from(request.output_index_base)
                 .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
             carry: Some(carry),
+            predraft: self.predraft.is_some(),
         };
         match self.draft_on(&lease, wire.clone()).await {
-            Ok(drafts) => {
+            Ok((drafts, hit)) => {
+                if let (Some(counts), true) = (&self.predraft, state.predrafting) {
+                    counts.record(hit);
+                }
                 let mut live = self.state();
                 live.rounds = wire_round;
                 live.hidden = hidden;
                 live.context = context;
+                live.predrafting = wire.predraft;
                 Ok(drafts)
             }
             Err(failure) => {

@@ -9,6 +9,8 @@ use specd_wire::generation::{FinishReason, GenerationStats};
 
 use specd_text::TargetText;
 
+use crate::predraft::PredraftCounts;
+
 /// Everything a request emitted so far.
 #[derive(Debug, Default)]
 pub struct Transcript {
@@ -39,6 +41,8 @@ pub struct RequestFacts {
     pub resyncs: Arc<AtomicU32>,
     /// Moves to another verifier replica.
     pub migrations: Arc<AtomicU32>,
+    /// Pre-draft hits and misses.
+    pub predraft: Arc<PredraftCounts>,
 }
 
 /// The last message's fields.
@@ -86,6 +90,8 @@ impl RequestFacts {
             plain_rounds: saturate(spec.rounds.saturating_sub(drafting_rounds)),
             drafter_resyncs: self.resyncs.load(Ordering::Relaxed),
             verifier_migrations: self.migrations.load(Ordering::Relaxed),
+            predraft_hits: self.predraft.hits(),
+            predraft_misses: self.predraft.misses(),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

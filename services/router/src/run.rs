@@ -15,6 +15,7 @@ use crate::admission::Admission;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
+use crate::predraft::PredraftCounts;
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
 use crate::validate::{BlockChoice, Plan};
@@ -41,6 +42,8 @@ pub(crate) struct RequestScope {
     pub resyncs: Arc<AtomicU32>,
     /// Moves of the request's sequence to another verifier replica.
     pub migrations: Arc<AtomicU32>,
+    /// Pre-draft hits and misses of the request's drafter session.
+    pub predraft: Arc<PredraftCounts>,
 }
 
 impl RouterState {
@@ -150,6 +153,7 @@ impl RouterState {
                             &verifier,
                             scope.deadline,
                             scope.resyncs.clone(),
+                            self.config.overlap.then(|| scope.predraft.clone()),
                         );
                         match &self.drafters {
                             Drafters::Hybrid { lookup, .. } => {

@@ -17,6 +17,7 @@ use crate::admission::Admitted;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::deadline::request_deadline;
 use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
+use crate::predraft::PredraftCounts;
 use crate::report::RequestFacts;
 use crate::run::{RequestScope, RouterState};
 use crate::sink::{CollectSink, StreamSink};
@@ -112,6 +113,7 @@ impl GenerationService {
         let admitted = state.admission.admit()?;
         let resyncs = Arc::new(AtomicU32::new(0));
         let migrations = Arc::new(AtomicU32::new(0));
+        let predraft = Arc::new(PredraftCounts::default());
         let facts = RequestFacts {
             started,
             prompt_tokens: plan.prompt_ids.len(),
@@ -120,6 +122,7 @@ impl GenerationService {
             stop: plan.stop.clone(),
             resyncs: resyncs.clone(),
             migrations: migrations.clone(),
+            predraft: predraft.clone(),
         };
         Ok(Prepared {
             plan,
@@ -128,6 +131,7 @@ impl GenerationService {
                 deadline,
                 resyncs,
                 migrations,
+                predraft,
             },
             admitted,
         })

@@ -206,6 +206,13 @@ fn parse_line(line: &str) -> PromptText {
     }
 }
 
+/// The text as a prompt file line writes it: newlines, tabs and backslashes escaped.
+pub fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\t', "\\t")
+}
+
 /// `\n`, `\t` and `\\` to a newline, a tab and a backslash; any other backslash stays.
 fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -304,6 +311,15 @@ pub fn lengthen(ids: &[u32], len: usize) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn escaped_prompts_read_back_as_they_were() {
+        for prompt in texts(None, &[]).unwrap() {
+            assert_eq!(unescape(&escape(&prompt.text)), prompt.text);
+        }
+        let tricky = "a\\nb\tc\n\\";
+        assert_eq!(unescape(&escape(tricky)), tricky);
+    }
+
     use super::*;
 
     fn kinds(list: &[&str]) -> Vec<String> {

@@ -17,6 +17,10 @@ use specd_wire::limits::{MessageLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SNAPS
 pub struct ServeArgs {
     #[command(subcommand)]
     service: Service,
+    /// Compute threads of the service's model (default: one per available core), so that
+    /// services sharing a machine can each be given their cores.
+    #[arg(long, global = true, env = "SPECD_THREADS")]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -51,6 +55,15 @@ impl LimitArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            anyhow::bail!("--threads: must be at least 1");
+        }
+        // Read once, by the compute pool (and candle's) when the model first runs; set
+        // before any other thread exists.
+        std::env::set_var(specd_models::cpu::THREADS_ENV, threads.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -16,6 +16,13 @@ use specd_router::{
 use super::listen::{bind, bind_http, shutdown_signal};
 use super::LimitArgs;
 
+/// A setting that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
 /// Drafting that runs inside the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RouterDraft {
@@ -79,6 +86,10 @@ pub struct RouterArgs {
     /// max_tokens or a stop.
     #[arg(long, env = "SPECD_TARGET")]
     pub target: Option<PathBuf>,
+    /// Draft-model drafters pre-draft the next round while the verifier verifies this one
+    /// (`on`), or draft only when asked (`off`). Output is the same either way.
+    #[arg(long, env = "SPECD_OVERLAP", value_enum, default_value_t = Switch::On)]
+    pub overlap: Switch,
     /// Block size of the adaptive policy (a drafter's trained depth).
     #[arg(long, env = "SPECD_BLOCK_SIZE", default_value_t = 4)]
     pub block_size: usize,
@@ -171,6 +182,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         max_block_size: args.max_block_size.max(1),
         max_concurrent_requests: args.max_concurrent_requests,
         max_batch_tokens: args.max_batch_tokens,
+        overlap: args.overlap == Switch::On,
     };
     let service = GenerationService::connect(
         &verifier_source(&args)?,

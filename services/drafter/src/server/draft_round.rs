@@ -37,13 +37,14 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
     }
 }
 
-/// Runs one Draft on a session. Blocking; holds the session for the whole round.
+/// Runs one Draft on a session: the drafts, and whether they came from the pre-draft.
+/// Blocking; holds the session for the whole round.
 pub(crate) fn draft_round<E: DraftEngine>(
     engine: &E,
     info: &EngineInfo,
     entry: &SharedEntry<E::Session>,
     request: DraftRequest,
-) -> Result<Vec<u32>, Status> {
+) -> Result<(Vec<u32>, bool), Status> {
     let mut entry = lock(entry);
     entry.last_used = Instant::now();
     let key = StepKey {
@@ -62,7 +63,7 @@ pub(crate) fn draft_round<E: DraftEngine>(
                     request.round
                 )));
             }
-            return Ok(drafts.clone());
+            return Ok((drafts.clone(), false));
         }
         // The carry of this round was applied but drafting failed: draft again.
     } else if request.round == next {
@@ -88,9 +89,37 @@ pub(crate) fn draft_round<E: DraftEngine>(
     };
     let SessionEntry { session, .. } = &mut *entry;
     let mut drafts = engine.draft(session, step).map_err(status_of)?;
+    let hit = engine.predraft_hit(session);
     drafts.truncate(step.count);
     entry.answer = Some((key, drafts.clone()));
-    Ok(drafts)
+    Ok((drafts, hit))
+}
+
+/// Pre-drafts the round after `round` one token at a time, taking the session for each
+/// step only, until the pre-draft is complete or the next Draft has applied its round.
+/// Blocking.
+pub(crate) fn predraft<E: DraftEngine>(
+    engine: &E,
+    entry: &SharedEntry<E::Session>,
+    round: u64,
+    count: usize,
+) {
+    loop {
+        let mut entry = lock(entry);
+        if entry.applied_round != round {
+            return;
+        }
+        let SessionEntry { session, .. } = &mut *entry;
+        match engine.predraft_step(session, count) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                // The next Draft finds no usable pre-draft and drafts as usual.
+                tracing::warn!(%error, "pre-drafting failed");
+                return;
+            }
+        }
+    }
 }
 
 /// An MTP delta must start where the session's rows end (a lost or repeated delta shows

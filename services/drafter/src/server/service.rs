@@ -84,11 +84,25 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         let entry = self.sessions.get(request.session_id)?;
         let engine = self.engine.clone();
         let info = self.info.clone();
-        let drafts =
-            tokio::task::spawn_blocking(move || draft_round(&*engine, &info, &entry, request))
+        let (round, count, predraft) = (request.round, request.count as usize, request.predraft);
+        let drafting = entry.clone();
+        let (drafts, predraft_hit) =
+            tokio::task::spawn_blocking(move || draft_round(&*engine, &info, &drafting, request))
                 .await
                 .map_err(join_failed)??;
-        let response = DraftResponse { drafts };
+        if predraft {
+            // Runs while the router verifies this round, beside its verify span.
+            let span = tracing::info_span!("predraft", round, count);
+            let engine = self.engine.clone();
+            tokio::task::spawn_blocking(move || {
+                let _entered = span.enter();
+                super::draft_round::predraft(&*engine, &entry, round, count);
+            });
+        }
+        let response = DraftResponse {
+            drafts,
+            predraft_hit,
+        };
         propagation::set_current_attribute("drafted", response.drafts.len() as i64);
         record::wire_bytes("draft", Direction::Sent, response.encoded_len());
         record::draft_duration(Side::Server, started.elapsed());

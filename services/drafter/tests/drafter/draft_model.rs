@@ -16,6 +16,7 @@ fn token_draft(session_id: u64, round: u64, position: u32, committed: &[u32]) ->
         carry: Some(draft_request::Carry::Tokens(TokenCarry {
             committed: committed.to_vec(),
         })),
+        predraft: false,
     }
 }
 

@@ -10,3 +10,7 @@ mod lifecycle;
 mod mirror;
 mod mtp_engine;
 mod mtp_rounds;
+mod predraft;
+
+#[path = "../../../../crates/models/tests/qwen2_support/mod.rs"]
+mod qwen2_support;

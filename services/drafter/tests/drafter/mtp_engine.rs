@@ -79,6 +79,7 @@ fn draft_request(
             hidden: Some(wire_hidden(hidden)),
             delta,
         })),
+        predraft: false,
     }
 }
 

@@ -167,6 +167,7 @@ pub fn mtp_draft(
             hidden: Some(hidden()),
             delta,
         })),
+        predraft: false,
     }
 }
 

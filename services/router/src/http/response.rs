@@ -179,6 +179,8 @@ fn specd(ending: &Ending) -> Value {
         "plain_rounds": stats.plain_rounds,
         "drafter_resyncs": stats.drafter_resyncs,
         "verifier_migrations": stats.verifier_migrations,
+        "predraft_hits": stats.predraft_hits,
+        "predraft_misses": stats.predraft_misses,
         "seed": stats.seed,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
         "total_time_ms": stats.total_time_ms,

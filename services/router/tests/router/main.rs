@@ -10,5 +10,9 @@ mod health;
 mod lossless;
 mod openai;
 mod openai_client;
+mod overlap;
 mod streaming;
 mod text;
+
+#[path = "../../../../crates/models/tests/qwen2_support/mod.rs"]
+mod qwen2_support;

@@ -110,7 +110,7 @@ pub async fn start_verifier(max_sequences: usize) -> Running {
     }
 }
 
-async fn start_drafter<E: DraftEngine>(engine: E) -> Running {
+pub async fn start_drafter<E: DraftEngine>(engine: E) -> Running {
     let service = DrafterService::new(Arc::new(engine), DrafterServerConfig::default());
     let (incoming, addr) = bind();
     let (stop, stopped) = oneshot::channel::<()>();

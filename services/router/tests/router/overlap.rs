@@ -1,0 +1,54 @@
+//! Overlapped drafting end to end: a draft-model drafter service (a tiny random Qwen2 GGUF
+//! sharing the fixture's 256-token vocabulary) pre-drafts while the verifier verifies. The
+//! output is the same with overlap on and off, and the stats count the pre-drafts.
+
+use candle_core::Device;
+use specd_drafter::DraftModelEngine;
+use specd_models::qwen2::Qwen2Model;
+use specd_router::{DraftSource, RouterConfig};
+use specd_wire::generation::GenerationClient;
+
+use crate::qwen2_support::{TempGguf, TinySpec};
+use crate::support::*;
+
+#[tokio::test]
+async fn overlap_changes_the_stats_and_nothing_else() {
+    let file = TempGguf::tiny("router-overlap", &TinySpec::default());
+    let model = Qwen2Model::load(file.path(), &Device::Cpu).unwrap();
+    let drafter = start_drafter(DraftModelEngine::new(model, "tiny".into(), 8)).await;
+    let verifier = start_verifier(64).await;
+    let target = fixture("target-full");
+    let router = |overlap| {
+        let config = RouterConfig {
+            overlap,
+            ..RouterConfig::default()
+        };
+        let source = DraftSource::Remote(vec![drafter.url()]);
+        start_router_with(&verifier, source, &target, config)
+    };
+    let (on, off) = (router(true).await, router(false).await);
+    let mut on = GenerationClient::new(on.channel().await);
+    let mut off = GenerationClient::new(off.channel().await);
+    for (temperature, seed) in [(0.0, 0), (0.9, 3)] {
+        let request = |block| {
+            sampled(
+                with_block(ids_request(&PROMPT, 48), block, block.is_none()),
+                temperature,
+                seed,
+            )
+        };
+        let plain = generate(&mut on, request(None)).await.unwrap();
+        let overlapped = generate(&mut on, request(Some(4))).await.unwrap();
+        let sequential = generate(&mut off, request(Some(4))).await.unwrap();
+        assert_eq!(overlapped.token_ids, plain.token_ids, "t {temperature}");
+        assert_eq!(sequential.token_ids, plain.token_ids, "t {temperature}");
+        let (with, without) = (overlapped.stats.unwrap(), sequential.stats.unwrap());
+        // The same drafts either way, so the same rounds and acceptance.
+        assert_eq!(with.rounds, without.rounds);
+        assert_eq!(with.accepted, without.accepted);
+        assert!(with.drafted > 0);
+        // Every drafting round after the first asked for the previous round's pre-draft.
+        assert!(with.predraft_hits + with.predraft_misses > 0, "{with:?}");
+        assert_eq!(without.predraft_hits + without.predraft_misses, 0);
+    }
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Overlapped drafting across services, measured through the router's HTTP API.
+
+Sends each prompt to each router URL given (plain decoding is the first router with
+speculation switched off per request) and reports decode tokens/s from the router's own
+stats: (completion tokens - 1) / (total time - time to first token). Standard library only.
+
+usage: bench_overlap.py --router NAME=URL [--router NAME=URL ...] --prompts FILE
+       [--max-tokens N] [--block-size N] [--runs N] [--json OUT]
+"""
+import argparse
+import json
+import sys
+import urllib.request
+
+
+def unescape(text):
+    """A prompt file line's text: \\n, \\t and \\\\ stand for newline, tab, backslash."""
+    out, chars = [], iter(text)
+    for c in chars:
+        if c == "\\":
+            nxt = next(chars, "")
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}.get(nxt, "\\" + nxt))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def complete(url, prompt, max_tokens, block, speculate):
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "specd": {"ignore_eos": True, "speculative": speculate},
+    }
+    if speculate and block:
+        body["specd"]["block_size"] = block
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=600) as response:
+        return json.load(response)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--router", action="append", required=True)
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--block-size", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    routers = [r.split("=", 1) for r in args.router]
+    prompts = []
+    with open(args.prompts) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            kind, _, text = line.partition("\t")
+            prompts.append((kind, unescape(text)))
+    modes = [("plain", routers[0][1], False)] + [(name, url, True) for name, url in routers]
+    results = {}
+    texts = {}
+    for kind, prompt in prompts:
+        for name, url, speculate in modes:
+            for _ in range(args.runs):
+                answer = complete(url, prompt, args.max_tokens, args.block_size, speculate)
+                s = answer["specd"]
+                tokens = answer["usage"]["completion_tokens"]
+                seconds = (s["total_time_ms"] - s["time_to_first_token_ms"]) / 1e3
+                row = results.setdefault((kind, name), {"tokens": 0, "seconds": 0.0,
+                                                         "hits": 0, "misses": 0,
+                                                         "rounds": 0, "accepted": 0,
+                                                         "drafted": 0})
+                row["tokens"] += tokens - 1
+                row["seconds"] += seconds
+                row["hits"] += s.get("predraft_hits", 0)
+                row["misses"] += s.get("predraft_misses", 0)
+                row["rounds"] += s["rounds"]
+                row["accepted"] += s["accepted"]
+                row["drafted"] += s["drafted"]
+                text = answer["choices"][0]["message"]["content"]
+                texts.setdefault((kind, prompt), set()).add(text)
+    same = all(len(v) == 1 for v in texts.values())
+    kinds = sorted({k for k, _ in prompts})
+    names = [name for name, _, _ in modes]
+    print(f"decode tok/s, {args.max_tokens} tokens, block size {args.block_size}, greedy; "
+          f"outputs identical across modes: {same}")
+    # The first speculative router against the second (overlapped against sequential).
+    pair = names[1:3] if len(names) >= 3 else []
+    print("| kind | " + " | ".join(names) + " | " +
+          " | ".join(f"{n} ÷ plain" for n in names[1:]) +
+          "".join(f" | {pair[0]} ÷ {pair[1]}" for _ in pair[:1]) + " | pre-draft hit rate |")
+    print("|---" * (2 * len(names) + 1 + len(pair[:1])) + "|")
+    report = []
+    for kind in kinds + ["all"]:
+        rows = {}
+        for name in names:
+            keys = [(k, name) for k in kinds] if kind == "all" else [(kind, name)]
+            agg = {f: sum(results[key][f] for key in keys) for f in results[keys[0]]}
+            rows[name] = agg
+        tps = {n: rows[n]["tokens"] / rows[n]["seconds"] for n in names}
+        hit = [(rows[n]["hits"], rows[n]["misses"]) for n in names]
+        hits = sum(h for h, _ in hit)
+        asked = sum(h + m for h, m in hit)
+        rate = f"{hits / asked:.2f}" if asked else "–"
+        versus = "".join(f" | {tps[pair[0]] / tps[pair[1]]:.2f}" for _ in pair[:1])
+        print(f"| {kind} | " + " | ".join(f"{tps[n]:.2f}" for n in names) + " | " +
+              " | ".join(f"{tps[n] / tps['plain']:.2f}" for n in names[1:]) + versus +
+              f" | {rate} |")
+        report.append({"kind": kind, "tok_s": tps, "rows": rows})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"identical": same, "kinds": report}, f, indent=1)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Overlapped drafting across services on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair:
+# the verifier pinned to one core with one thread, the drafter pinned to another core with one
+# thread, and two routers over them, one with --overlap on (the drafter pre-drafts the next
+# round while the verifier verifies) and one with --overlap off (sequential rounds). Plain
+# decoding runs on the verifier's core alone (speculation switched off per request). Every
+# prompt of the built-in code, prose and edit set goes through each mode over the routers'
+# OpenAI-compatible HTTP API; decode tokens/s per verifier core come from the router's own
+# stats, with the pre-draft hit rate, and every mode's output must be the same text.
+# Both processes share one memory bus here, so the figures understate separate machines.
+#
+# Usage: tools/bench_overlap.sh [OUT_DIR]
+# Environment: MAX_TOKENS (default 96), BLOCK_SIZES (default 3,4,0; 0: the adaptive policy),
+#   VERIFIER_CORE (default 0), DRAFTER_CORE (default 1), KINDS (default all), SPECD_MODEL_DIR,
+#   CARGO_TARGET_DIR. Needs taskset and python3 (standard library only).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+max_tokens=${MAX_TOKENS:-96}
+block_sizes=${BLOCK_SIZES:-3,4,0}
+verifier_core=${VERIFIER_CORE:-0}
+drafter_core=${DRAFTER_CORE:-1}
+out=${1:-$repo/target/bench_overlap/$(date -u +%Y%m%dT%H%M%SZ)}
+
+target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+"$repo/tools/fetch_qwen_pair.sh" "$models"
+(cd "$repo" && cargo build --release -p specd)
+specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+mkdir -p "$out"
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+# Starts `specd serve ARGS...` (after an optional `taskset -c CORE`) and waits for its gRPC
+# `listening on` line, whose address it leaves in $addr; its log goes to $out/NAME.log.
+start() {
+    local name=$1 core=$2
+    shift 2
+    local log=$out/$name.log
+    if [ -n "$core" ]; then
+        taskset -c "$core" "$specd" serve "$@" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    else
+        "$specd" serve "$@" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    fi
+    pids+=($!)
+    for _ in $(seq 1 600); do
+        addr=$(sed -n 's/^listening on //p' "$log" | head -1)
+        if [ -n "$addr" ]; then return; fi
+        sleep 0.5
+    done
+    echo "bench_overlap: $name did not start; see $log" >&2
+    exit 1
+}
+
+http_of() { sed -n 's/^http listening on //p' "$out/$1.log" | head -1; }
+
+start verifier "$verifier_core" --threads 1 verifier --target "$target"
+verifier=$addr
+start drafter "$drafter_core" --threads 1 drafter --drafter "$drafter" --target "$target"
+drafter_addr=$addr
+for overlap in on off; do
+    start "router-$overlap" "" router --verifier "http://$verifier" \
+        --drafters "http://$drafter_addr" --target "$target" --overlap "$overlap" \
+        --http-listen 127.0.0.1:0
+done
+
+"$specd" bench --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
+{
+    echo "date: $(date -u)"
+    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+    echo "verifier: core $verifier_core, 1 thread; drafter: core $drafter_core, 1 thread"
+    echo "load before: $(uptime)"
+} | tee "$out/machine.txt"
+for block in ${block_sizes//,/ }; do
+    python3 "$repo/tools/bench_overlap.py" \
+        --router "overlapped=http://$(http_of router-on)" \
+        --router "sequential=http://$(http_of router-off)" \
+        --prompts "$out/prompts.tsv" --max-tokens "$max_tokens" --block-size "$block" \
+        --json "$out/block$block.json" | tee -a "$out/report.md"
+    echo | tee -a "$out/report.md"
+done
+echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+echo "bench_overlap: results in $out" >&2
