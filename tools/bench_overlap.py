@@ -52,6 +52,8 @@ def main():
     parser.add_argument("--block-size", type=int, default=3)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--json")
+    parser.add_argument("--llama-tps", type=float,
+                        help="llama.cpp's plain decode tokens/s on the verifier's core")
     args = parser.parse_args()
     routers = [r.split("=", 1) for r in args.router]
     prompts = []
@@ -92,10 +94,13 @@ def main():
           f"outputs identical across modes: {same}")
     # The first speculative router against the second (overlapped against sequential).
     pair = names[1:3] if len(names) >= 3 else []
+    llama = [args.llama_tps] if args.llama_tps else []
     print("| kind | " + " | ".join(names) + " | " +
           " | ".join(f"{n} ÷ plain" for n in names[1:]) +
-          "".join(f" | {pair[0]} ÷ {pair[1]}" for _ in pair[:1]) + " | pre-draft hit rate |")
-    print("|---" * (2 * len(names) + 1 + len(pair[:1])) + "|")
+          "".join(f" | {pair[0]} ÷ {pair[1]}" for _ in pair[:1]) +
+          "".join(f" | {n} ÷ llama.cpp plain" for _ in llama for n in names) +
+          " | pre-draft hit rate |")
+    print("|---" * (2 * len(names) + 1 + len(pair[:1]) + len(llama) * len(names)) + "|")
     report = []
     for kind in kinds + ["all"]:
         rows = {}
@@ -109,6 +114,7 @@ def main():
         asked = sum(h + m for h, m in hit)
         rate = f"{hits / asked:.2f}" if asked else "–"
         versus = "".join(f" | {tps[pair[0]] / tps[pair[1]]:.2f}" for _ in pair[:1])
+        versus += "".join(f" | {tps[n] / l:.2f}" for l in llama for n in names)
         print(f"| {kind} | " + " | ".join(f"{tps[n]:.2f}" for n in names) + " | " +
               " | ".join(f"{tps[n] / tps['plain']:.2f}" for n in names[1:]) + versus +
               f" | {rate} |")

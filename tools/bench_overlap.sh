@@ -8,6 +8,8 @@
 # OpenAI-compatible HTTP API; decode tokens/s per verifier core come from the router's own
 # stats, with the pre-draft hit rate, and every mode's output must be the same text.
 # Both processes share one memory bus here, so the figures understate separate machines.
+# Beside them, llama.cpp's plain decoding on the verifier's core with one thread (llama-bench
+# tg, median of 3, from an empty context), the peer every speed figure is also given against.
 #
 # Usage: tools/bench_overlap.sh [OUT_DIR]
 # Environment: MAX_TOKENS (default 96), BLOCK_SIZES (default 3,4,0; 0: the adaptive policy),
@@ -26,6 +28,7 @@ out=${1:-$repo/target/bench_overlap/$(date -u +%Y%m%dT%H%M%SZ)}
 target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 "$repo/tools/fetch_qwen_pair.sh" "$models"
+llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
 (cd "$repo" && cargo build --release -p specd)
 specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
 mkdir -p "$out"
@@ -74,8 +77,15 @@ done
     echo "verifier: core $verifier_core, 1 thread; drafter: core $drafter_core, 1 thread"
     echo "load before: $(uptime)"
 } | tee "$out/machine.txt"
+taskset -c "$verifier_core" "$llama_bin/llama-bench" -m "$target" -t 1 -r 3 -p 0 \
+    -n "$max_tokens" -o json >"$out/llama-bench.json" 2>"$out/llama-bench.log"
+llama_tps=$(python3 -c '
+import json, statistics, sys
+row = [r for r in json.load(open(sys.argv[1])) if r.get("n_gen")][0]
+print(row["n_gen"] / (statistics.median(row["samples_ns"]) / 1e9))' "$out/llama-bench.json")
+echo "llama.cpp plain decode, core $verifier_core, 1 thread: $llama_tps tok/s" | tee -a "$out/report.md"
 for block in ${block_sizes//,/ }; do
-    python3 "$repo/tools/bench_overlap.py" \
+    python3 "$repo/tools/bench_overlap.py" --llama-tps "$llama_tps" \
         --router "overlapped=http://$(http_of router-on)" \
         --router "sequential=http://$(http_of router-off)" \
         --prompts "$out/prompts.tsv" --max-tokens "$max_tokens" --block-size "$block" \
