@@ -91,6 +91,23 @@ async fn finish_streams(
     finished
 }
 
+/// Checks that every finished request speculated and gave its plain output; the sum of
+/// `count` over their stats.
+fn speculated_as_plain(
+    finished: &[(Vec<u32>, GenerateStreamResponse)],
+    want: &[Vec<u32>],
+    count: impl Fn(&specd_wire::generation::GenerationStats) -> u32,
+) -> u32 {
+    let mut total = 0;
+    for (i, ((tokens, last), want)) in finished.iter().zip(want).enumerate() {
+        assert_eq!(tokens, want, "request {i}");
+        let stats = last.stats.as_ref().unwrap();
+        assert!(stats.drafted > 0, "request {i} never speculated");
+        total += count(stats);
+    }
+    total
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_fail_over_when_a_drafter_dies_mid_stream() {
     let verifier = Service::verifier();
@@ -117,13 +134,7 @@ async fn sessions_fail_over_when_a_drafter_dies_mid_stream() {
     victim.kill();
     let finished = finish_streams(streams).await;
 
-    let mut resyncs = 0;
-    for (i, ((tokens, last), want)) in finished.iter().zip(&want).enumerate() {
-        assert_eq!(tokens, want, "request {i}");
-        let stats = last.stats.as_ref().unwrap();
-        assert!(stats.drafted > 0, "request {i} never speculated");
-        resyncs += stats.drafter_resyncs;
-    }
+    let resyncs = speculated_as_plain(&finished, &want, |s| s.drafter_resyncs);
     assert!(resyncs > 0, "no session moved to the surviving drafter");
 
     // Later requests still speculate, on the survivor alone.
@@ -254,13 +265,7 @@ async fn requests_move_losslessly_when_their_verifier_dies() {
     let victim_addr = victim.addr().to_owned();
     victim.kill();
     let finished = finish_streams(started).await;
-    let mut migrations = 0;
-    for (i, ((tokens, last), want)) in finished.iter().zip(&want).enumerate() {
-        assert_eq!(tokens, want, "request {i}");
-        let stats = last.stats.as_ref().unwrap();
-        assert!(stats.drafted > 0, "request {i} never speculated");
-        migrations += stats.verifier_migrations;
-    }
+    let migrations = speculated_as_plain(&finished, &want, |s| s.verifier_migrations);
     assert!(migrations > 0, "no request moved to the surviving verifier");
     assert_eq!(settled(|| survivor.live_sequences()).await, 0);
     assert_eq!(settled(|| drafter.live_sessions()).await, 0);

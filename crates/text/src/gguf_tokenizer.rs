@@ -34,11 +34,15 @@ impl GgufTokenizer {
     /// The tokenizer for the model at `gguf_path`: `tokenizer.json` in the same directory when
     /// present, else the GGUF metadata.
     pub fn for_model(gguf_path: &Path) -> Result<Self> {
-        let metadata = read_metadata(gguf_path)?;
+        Self::for_model_with(gguf_path, &read_metadata(gguf_path)?)
+    }
+
+    /// [`GgufTokenizer::for_model`] with the file's metadata already read.
+    pub fn for_model_with(gguf_path: &Path, metadata: &Metadata) -> Result<Self> {
         let json = gguf_path.parent().map(|dir| dir.join("tokenizer.json"));
         match json {
-            Some(json) if json.is_file() => Self::from_tokenizer_json(&json, &metadata),
-            _ => Self::from_gguf_metadata(&metadata),
+            Some(json) if json.is_file() => Self::from_tokenizer_json(&json, metadata),
+            _ => Self::from_gguf_metadata(metadata),
         }
     }
 
@@ -211,5 +215,9 @@ impl GgufTokenizer {
 
     pub fn inner(&self) -> &Tokenizer {
         &self.inner
+    }
+
+    pub fn into_inner(self) -> Tokenizer {
+        self.inner
     }
 }

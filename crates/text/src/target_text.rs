@@ -65,20 +65,17 @@ impl TargetText {
             )),
             None => None,
         };
-        let mut end_of_turn_ids = files.eos_token_ids.clone();
-        if let Some(tokenizer) = &files.tokenizer {
-            let named = files.eos_token.iter().map(String::as_str);
-            end_of_turn_ids.extend(
-                named
-                    .chain(END_OF_TURN_TOKENS)
-                    .filter_map(|token| tokenizer.token_to_id(token)),
-            );
-        }
+        let end_of_turn_ids = match &files.tokenizer {
+            Some(tokenizer) => {
+                end_of_turn(&files.eos_token_ids, tokenizer, files.eos_token.as_deref())
+            }
+            None => files.eos_token_ids.clone(),
+        };
         Ok(Self {
             tokenizer: files.tokenizer,
             template,
             eos_token_ids: files.eos_token_ids,
-            end_of_turn_ids: sorted(end_of_turn_ids),
+            end_of_turn_ids,
             skip_special_tokens: false,
         })
     }
@@ -87,21 +84,17 @@ impl TargetText {
     /// the file when present, else rebuilt from the metadata; the Qwen 2.5 template when the
     /// file has none). Decoded text leaves out special tokens.
     pub fn from_gguf(path: &Path) -> Result<Self> {
-        let tokenizer = GgufTokenizer::for_model(path)?;
         let metadata = read_metadata(path)?;
+        let tokenizer = GgufTokenizer::for_model_with(path, &metadata)?;
         let template = ChatTemplate::from_gguf_metadata(&metadata)?;
         let eos_token_ids = tokenizer.eos_token_ids().to_vec();
-        let mut end_of_turn_ids = eos_token_ids.clone();
-        end_of_turn_ids.extend(
-            END_OF_TURN_TOKENS
-                .iter()
-                .filter_map(|token| tokenizer.token_to_id(token)),
-        );
+        let tokenizer = tokenizer.into_inner();
+        let end_of_turn_ids = end_of_turn(&eos_token_ids, &tokenizer, None);
         Ok(Self {
-            tokenizer: Some(tokenizer.inner().clone()),
+            tokenizer: Some(tokenizer),
             template: Some(template),
             eos_token_ids,
-            end_of_turn_ids: sorted(end_of_turn_ids),
+            end_of_turn_ids,
             skip_special_tokens: true,
         })
     }
@@ -175,7 +168,16 @@ impl Detokenizer for TargetText {
     }
 }
 
-fn sorted(mut ids: Vec<u32>) -> Vec<u32> {
+/// The end-of-sequence ids, the token `named` as the end of sequence, and whichever of
+/// [`END_OF_TURN_TOKENS`] the vocabulary has, sorted.
+fn end_of_turn(eos_token_ids: &[u32], tokenizer: &Tokenizer, named: Option<&str>) -> Vec<u32> {
+    let mut ids = eos_token_ids.to_vec();
+    ids.extend(
+        named
+            .into_iter()
+            .chain(END_OF_TURN_TOKENS)
+            .filter_map(|token| tokenizer.token_to_id(token)),
+    );
     ids.sort_unstable();
     ids.dedup();
     ids

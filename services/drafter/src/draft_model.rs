@@ -229,36 +229,29 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         }
         let predraft = std::mem::take(&mut session.predraft);
         session.predraft_hit = session.pending.is_empty() && predraft.first() == Some(&step.bonus);
-        let mut drafts = Vec::with_capacity(step.count);
-        if session.predraft_hit {
-            // The cache holds the committed tokens and what the pre-draft fed after them:
-            // the bonus and the pre-drafted tokens before the last, as drafting would have.
-            // Keeping m drafts keeps m of those fed tokens: the bonus and m - 1 drafts.
-            drafts.extend(predraft.into_iter().skip(1).take(step.count));
-            let fed = drafts.len();
-            self.model
-                .truncate(&mut session.cache, session.committed_len + fed)
-                .map_err(internal)?;
-            session.speculated = std::iter::once(step.bonus)
-                .chain(drafts.iter().copied())
-                .take(fed)
-                .collect();
-            if drafts.is_empty() {
-                drafts.push(self.next_token(&[step.bonus], &mut session.cache)?);
-                session.speculated.push(step.bonus);
-            }
+        // On a hit the pre-drafted tokens after the bonus are this round's first drafts.
+        let mut drafts: Vec<u32> = if session.predraft_hit {
+            predraft.into_iter().skip(1).take(step.count).collect()
         } else {
-            // A pre-draft the target did not follow: back to the committed tokens.
-            if !session.speculated.is_empty() && session.pending.is_empty() {
-                self.model
-                    .truncate(&mut session.cache, session.committed_len)
-                    .map_err(internal)?;
-            }
+            Vec::new()
+        };
+        if session.pending.is_empty() {
+            // The cache holds the committed tokens and whatever a pre-draft fed after them
+            // (the bonus and the pre-drafted tokens but the last); keep what drafting the
+            // reused drafts would have fed: the bonus and all of them but the last.
+            self.model
+                .truncate(&mut session.cache, session.committed_len + drafts.len())
+                .map_err(internal)?;
+        }
+        if drafts.is_empty() {
             let mut feed = std::mem::take(&mut session.pending);
             feed.push(step.bonus);
-            session.speculated = vec![step.bonus];
             drafts.push(self.next_token(&feed, &mut session.cache)?);
         }
+        session.speculated = std::iter::once(step.bonus)
+            .chain(drafts.iter().copied())
+            .take(drafts.len())
+            .collect();
         while drafts.len() < step.count {
             let last = drafts[drafts.len() - 1];
             let next = self.next_token(&[last], &mut session.cache)?;

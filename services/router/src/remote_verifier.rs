@@ -153,10 +153,14 @@ impl RemoteSequence {
         round_base: u64,
         exclude: &mut Vec<String>,
     ) -> Result<PrefillOutcome, RemoteError> {
+        // A replica that was full: its answer, should no other replica be left.
+        let mut full = None;
         loop {
-            let replica = self.pool.pick(exclude).ok_or_else(|| {
-                RemoteError::verifier(Status::unavailable("no verifier replica is reachable"))
-            })?;
+            let Some(replica) = self.pool.pick(exclude) else {
+                let status =
+                    full.unwrap_or_else(|| Status::unavailable("no verifier replica is reachable"));
+                return Err(RemoteError::verifier(status));
+            };
             match self
                 .prefill_on(replica.clone(), wire.clone(), round_base)
                 .await
@@ -171,9 +175,7 @@ impl RemoteSequence {
                 {
                     // Full: another replica may have room.
                     exclude.push(replica.url().to_owned());
-                    if self.pool.pick(exclude).is_none() {
-                        return Err(RemoteError::verifier(status));
-                    }
+                    full = Some(status);
                 }
                 other => return other,
             }

@@ -128,8 +128,7 @@ impl RouterState {
         let text = &*self.text;
         let result = match (&self.drafters, block.is_speculative()) {
             (Drafters::Ngram(ngram), true) => {
-                let verifier =
-                    RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone());
+                let verifier = self.sequence(options, scope);
                 RoundLoop::new(&verifier, Some(&**ngram), text)
                     .run(request(block), sink, control)
                     .await
@@ -142,11 +141,7 @@ impl RouterState {
                         block.requested = block.requested.min(depth);
                         block.configured = block.configured.min(depth);
                         options.with_mtp_state = info.kind == DrafterKind::Mtp;
-                        let verifier = RemoteSequence::new(
-                            self.verifiers.clone(),
-                            options,
-                            scope.migrations.clone(),
-                        );
+                        let verifier = self.sequence(options, scope);
                         let session = RemoteSession::new(
                             pool.clone(),
                             lease,
@@ -173,11 +168,7 @@ impl RouterState {
                     // With no drafter to be had, a hybrid request still has the lookup.
                     None => match &self.drafters {
                         Drafters::Hybrid { lookup, .. } => {
-                            let verifier = RemoteSequence::new(
-                                self.verifiers.clone(),
-                                options,
-                                scope.migrations.clone(),
-                            );
+                            let verifier = self.sequence(options, scope);
                             RoundLoop::new(&verifier, Some(&**lookup), text)
                                 .run(request(block), sink, control)
                                 .await
@@ -209,6 +200,11 @@ impl RouterState {
         result.map_err(loop_status)
     }
 
+    /// The request's sequence, to be placed on a verifier replica.
+    fn sequence(&self, options: SequenceOptions, scope: &RequestScope) -> RemoteSequence {
+        RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone())
+    }
+
     /// A drafter for a new session; the governor learns how many drafters the pool (which
     /// discovery may grow or shrink) now has.
     async fn pick_drafter(&self, pool: &DrafterPool) -> Option<Lease> {
@@ -226,8 +222,7 @@ impl RouterState {
         sink: &mut S,
         control: &RequestControl,
     ) -> Result<Finish, RoundLoopError<RemoteError>> {
-        let verifier =
-            RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone());
+        let verifier = self.sequence(options, scope);
         RoundLoop::plain(&verifier, &*self.text)
             .run(request, sink, control)
             .await

@@ -2,7 +2,7 @@
 //! to the replica with the most free K/V budget, and a replica that fails is avoided for a
 //! while and probed back.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -81,7 +81,7 @@ pub struct Replica {
     /// The last Stats: `None` until it answers, and while it does not.
     load: Mutex<Option<Load>>,
     /// Serves another target than the pool's: never used.
-    mismatched: Mutex<bool>,
+    mismatched: AtomicBool,
     /// Left out of picks until then, after a failure.
     avoid_until: Mutex<Option<Instant>>,
     /// Sequences placed here since the last Stats (which do not count them yet).
@@ -105,7 +105,7 @@ impl Replica {
             url: url.to_owned(),
             client: VerifierClient::new(channel).with_message_limits(limits),
             load: Mutex::new(None),
-            mismatched: Mutex::new(false),
+            mismatched: AtomicBool::new(false),
             avoid_until: Mutex::new(None),
             placed_since_stats: AtomicUsize::new(0),
             discovered,
@@ -134,6 +134,11 @@ impl Replica {
 
     fn backing_off(&self, now: Instant) -> bool {
         lock(&self.avoid_until).is_some_and(|until| now < until)
+    }
+
+    /// Neither backing off after a failure nor serving another target.
+    fn usable(&self, now: Instant) -> bool {
+        !self.backing_off(now) && !self.mismatched.load(Ordering::Relaxed)
     }
 
     /// Free K/V budget after the sequences placed since the last Stats, each assumed to
@@ -192,10 +197,13 @@ impl VerifierPool {
         let deadline = Instant::now() + wait;
         let target = loop {
             if let Some(dns) = &source.dns {
-                for url in resolve(&dns.name, "verifiers").await.unwrap_or_default() {
-                    if !replicas.iter().any(|r| r.url == url) {
-                        replicas.push(Arc::new(Replica::new(&url, limits, true)?));
-                    }
+                if let Some(urls) = resolve(&dns.name, "verifiers").await {
+                    replace_discovered(
+                        &mut replicas,
+                        &urls,
+                        |url| Replica::new(url, limits, true),
+                        "verifier",
+                    );
                 }
             }
             if replicas.is_empty() && source.dns.is_none() {
@@ -260,11 +268,6 @@ impl VerifierPool {
             .clone()
     }
 
-    /// The URLs in the pool now.
-    pub fn urls(&self) -> Vec<String> {
-        self.replicas().iter().map(|r| r.url.clone()).collect()
-    }
-
     /// The replica for a new sequence: the most free K/V budget, ties (free budgets within a
     /// thirty-second of the capacity of the best) to the fewest live sequences; never one in
     /// `exclude`, backing off, silent or serving another target.
@@ -273,7 +276,7 @@ impl VerifierPool {
         let candidates: Vec<_> = self
             .replicas()
             .into_iter()
-            .filter(|r| !exclude.contains(&r.url) && !r.backing_off(now) && !*lock(&r.mismatched))
+            .filter(|r| !exclude.contains(&r.url) && r.usable(now))
             .filter_map(|r| {
                 let load = (*lock(&r.load))?;
                 let free = r.free_bytes(&load);
@@ -323,11 +326,16 @@ impl VerifierPool {
             *lock(&replica.load) = None;
             return;
         };
-        let serves = TargetLimits::from(stats.clone());
+        let load = Load {
+            live_sequences: u64::from(stats.live_sequences),
+            kv_bytes: stats.kv_bytes,
+            kv_capacity_bytes: stats.kv_capacity_bytes,
+        };
+        let serves = TargetLimits::from(stats);
         let mismatched = serves.vocab_size != self.target.vocab_size
             || serves.model != self.target.model
             || serves.max_context_tokens != self.target.max_context_tokens;
-        let was = std::mem::replace(&mut *lock(&replica.mismatched), mismatched);
+        let was = replica.mismatched.swap(mismatched, Ordering::Relaxed);
         if mismatched && !was {
             warn!(
                 url = %replica.url,
@@ -346,11 +354,7 @@ impl VerifierPool {
         if lock(&replica.avoid_until).take().is_some() {
             info!(url = %replica.url, "verifier answers again; taking requests");
         }
-        *lock(&replica.load) = Some(Load {
-            live_sequences: u64::from(stats.live_sequences),
-            kv_bytes: stats.kv_bytes,
-            kv_capacity_bytes: stats.kv_capacity_bytes,
-        });
+        *lock(&replica.load) = Some(load);
     }
 
     fn update_reachable(&self) {
@@ -358,12 +362,9 @@ impl VerifierPool {
         let any = self
             .replicas()
             .iter()
-            .any(|r| lock(&r.load).is_some() && !r.backing_off(now) && !*lock(&r.mismatched));
-        self.reachable.send_if_modified(|was| {
-            let changed = *was != any;
-            *was = any;
-            changed
-        });
+            .any(|r| r.usable(now) && lock(&r.load).is_some());
+        self.reachable
+            .send_if_modified(|was| std::mem::replace(was, any) != any);
     }
 
     /// Replaces the discovered replicas with `urls`, keeping the state of those already
@@ -470,7 +471,7 @@ mod tests {
         );
         pool.failed(&first);
         assert_eq!(pool.pick(&[]).unwrap().url(), "http://10.0.0.2:1");
-        *lock(&pool.replicas()[1].mismatched) = true;
+        pool.replicas()[1].mismatched.store(true, Ordering::Relaxed);
         pool.update_reachable();
         assert!(pool.pick(&[]).is_none());
         assert!(!*pool.reachable().borrow());

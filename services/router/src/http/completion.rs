@@ -73,50 +73,41 @@ fn stream(
 ) -> impl IntoResponse {
     let (events, receiver) = mpsc::channel::<Result<Event, Infallible>>(SSE_BUFFER);
     tokio::spawn(async move {
-        let send = |event: Event| {
-            let events = events.clone();
-            async move { events.send(Ok(event)).await.is_ok() }
-        };
         let data = |value: serde_json::Value| Event::default().data(value.to_string());
-        if let Some(role) = answer.role_chunk() {
-            if !send(data(role)).await {
+        let mut pending: Vec<Event> = answer.role_chunk().map(data).into_iter().collect();
+        let mut last = false;
+        loop {
+            for event in pending.drain(..) {
+                if events.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            if last {
                 return;
             }
-        }
-        loop {
             let next = tokio::select! {
                 next = messages.recv() => next,
                 () = events.closed() => return,
             };
-            let sent = match next {
+            match next {
                 Some(Ok(message)) => {
-                    let delta =
-                        (!message.text.is_empty()).then(|| answer.text_chunk(&message.text));
-                    if let Some(delta) = delta {
-                        if !send(data(delta)).await {
-                            return;
-                        }
+                    if !message.text.is_empty() {
+                        pending.push(data(answer.text_chunk(&message.text)));
                     }
                     if let Some(ending) = ending(message) {
-                        let mut sent = send(data(answer.finish_chunk(&ending))).await;
-                        if sent && include_usage {
-                            sent = send(data(answer.usage_chunk(&ending))).await;
+                        pending.push(data(answer.finish_chunk(&ending)));
+                        if include_usage {
+                            pending.push(data(answer.usage_chunk(&ending)));
                         }
-                        if sent {
-                            send(Event::default().data("[DONE]")).await;
-                        }
-                        return;
+                        pending.push(Event::default().data("[DONE]"));
+                        last = true;
                     }
-                    true
                 }
-                Some(Err(status)) => send(data(ApiError::from(status).body())).await,
+                Some(Err(status)) => pending.push(data(ApiError::from(status).body())),
                 None => {
-                    send(data(ended_early().body())).await;
-                    return;
+                    pending.push(data(ended_early().body()));
+                    last = true;
                 }
-            };
-            if !sent {
-                return;
             }
         }
     });

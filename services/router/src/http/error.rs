@@ -25,6 +25,15 @@ impl ApiError {
         }
     }
 
+    /// A `model` this server does not serve (404, as OpenAI answers).
+    pub fn unknown_model(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            param: Some("model".into()),
+        }
+    }
+
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -97,12 +106,7 @@ fn field_of(message: &str) -> Option<String> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            self.body().to_string(),
-        )
-            .into_response()
+        super::json_response(self.status, &self.body())
     }
 }
 

@@ -98,14 +98,10 @@ async fn respond(state: &HttpState, api: Api, body: Result<Bytes, BytesRejection
         };
         if let Some(asked) = completion.model.as_deref() {
             if asked != state.model {
-                return Err(ApiError {
-                    status: StatusCode::NOT_FOUND,
-                    message: format!(
-                        "model: {asked:?} is not served here; this server serves {:?}",
-                        state.model
-                    ),
-                    param: Some("model".into()),
-                });
+                return Err(ApiError::unknown_model(format!(
+                    "model: {asked:?} is not served here; this server serves {:?}",
+                    state.model
+                )));
             }
         }
         completion::run(&state.service, api, state.model.clone(), completion).await
@@ -138,12 +134,7 @@ async fn model_by_id(State(state): State<Arc<HttpState>>, Path(id): Path<String>
     if id == state.model {
         json_response(StatusCode::OK, &model_card(&state.model))
     } else {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: format!("model: {id:?} is not served here"),
-            param: Some("model".into()),
-        }
-        .into_response()
+        ApiError::unknown_model(format!("model: {id:?} is not served here")).into_response()
     }
 }
 
