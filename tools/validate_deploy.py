@@ -5,14 +5,23 @@ The schemas say each file is well formed; this says the files agree with each ot
 with the telemetry contract (deploy/metrics.txt):
   * dashboard: valid JSON; every queried metric, label and label value is in the contract;
   * compose: each specd service's health check, metrics port and peer addresses line up with
-    the other services, Prometheus and the OpenTelemetry collector; the GPU override's
-    verifier command is the base one plus --device=cuda;
+    the other services, Prometheus and the OpenTelemetry collector; every specd service has
+    its TLS settings (mutual TLS on the verifier and the drafters, upstream TLS and https
+    peers on the router) in read-only mounts that leave out the CA's key, and its health
+    check speaks TLS with them; nothing is published beyond the loopback interface unless
+    an environment variable says so; the GPU override's verifier command is the base one
+    plus --device=cuda;
   * collector: every pipeline names receivers, processors and exporters that are defined;
   * Grafana provisioning: the dashboard's datasource exists;
-  * Kubernetes: the kustomization lists every manifest; probes, scrape annotations,
-    --metrics-listen and container ports agree; the router's --verifier and --drafter-dns
-    name Services (the drafters' one headless); ConfigMap keys, the PVC and the HPA's
-    target exist.
+  * Kubernetes: the kustomization lists every manifest; probes (exec probes running
+    `specd health` over TLS), scrape annotations, --metrics-listen and container ports
+    agree; the router's --verifier, --verifier-dns and --drafter-dns name Services (the DNS
+    ones headless); every specd container has its TLS settings in a read-only mount of the
+    Secret specd-tls (and the router its API keys in one of specd-api-keys); the
+    NetworkPolicies deny by default, let only router pods reach the verifier and drafter
+    ports, other namespaces (the ingress, monitoring) reach only the router's API and the
+    metrics ports, and let the router reach its peers and DNS; ConfigMap keys, the PVC and
+    the HPA's target exist.
 
 Usage: validate_deploy.py [DEPLOY_DIR]   (exits 1 listing every problem)
 Without PyYAML only the dashboard is checked (against the contract alone), with a warning.
@@ -39,6 +48,26 @@ GROUPING_RE = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 MATCHER_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 SELECTOR_RE = re.compile(r"\{([^}]*)\}")
 LEGEND_RE = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+
+# The TLS settings (environment variables naming PEM files) each specd service needs: every
+# port speaks TLS, the verifier and the drafters accept only clients with a certificate of
+# their CA, and the router calls them over https with such a certificate.
+TLS_ENV = {
+    "verifier": ("SPECD_TLS_CERT", "SPECD_TLS_KEY", "SPECD_TLS_CLIENT_CA"),
+    "drafter": ("SPECD_TLS_CERT", "SPECD_TLS_KEY", "SPECD_TLS_CLIENT_CA"),
+    "router": (
+        "SPECD_TLS_CERT",
+        "SPECD_TLS_KEY",
+        "SPECD_UPSTREAM_TLS_CA",
+        "SPECD_UPSTREAM_TLS_CERT",
+        "SPECD_UPSTREAM_TLS_KEY",
+    ),
+}
+# Router flags naming upstream URLs (comma-separated lists for the plural ones).
+UPSTREAM_URL_FLAGS = ("--verifier", "--verifiers", "--drafters")
+LOOPBACK = {"127.0.0.1", "::1", "[::1]", "localhost"}
+TLS_SECRET = "specd-tls"
+API_KEYS_SECRET = "specd-api-keys"
 
 
 class Problems:
@@ -90,6 +119,37 @@ def flag_values(args: list[str]) -> dict[str, str]:
         else:
             flags[arg] = ""
     return flags
+
+
+def check_health_command(at: str, command: list[str], grpc_port: int, mutual: bool, readable, p: Problems):
+    """A `specd health` probe of a TLS port: https to the port, the CA to check the server
+    with, and a client certificate where the port requires one (mutual TLS). readable(path)
+    says why a file the probe names is not there for it, or None."""
+    if "health" not in command:
+        p.add(at, "does not run `specd health`")
+        return
+    flags = flag_values(command[command.index("health") + 1 :])
+    addr = flags.get("--addr", "")
+    if urlparse(addr).scheme != "https":
+        p.add(at, f"--addr {addr or '(default)'} is not https, but the port speaks TLS only")
+    elif host_port(addr)[1] != grpc_port:
+        p.add(at, f"probes port {host_port(addr)[1]}, not the gRPC port {grpc_port}")
+    needed = ["--tls-ca"] + (["--tls-cert", "--tls-key"] if mutual else [])
+    for flag in needed:
+        if not flags.get(flag):
+            why = " (the port requires a client certificate)" if flag != "--tls-ca" else ""
+            p.add(at, f"no {flag}{why}")
+        else:
+            problem = readable(flags[flag])
+            if problem:
+                p.add(at, f"{flag} {flags[flag]}: {problem}")
+
+
+def check_upstream_urls(at: str, flags: dict[str, str], p: Problems):
+    for flag in UPSTREAM_URL_FLAGS:
+        for url in filter(None, flags.get(flag, "").split(",")):
+            if urlparse(url).scheme != "https":
+                p.add(at, f"{flag} {url} is not https, but the verifier and the drafters speak TLS only")
 
 
 # ---------------------------------------------------------------- the telemetry contract
@@ -258,11 +318,33 @@ def check_compose(deploy: Path, compose: dict, p: Problems):
             p.add(where, f"no service runs `specd serve {role}`")
     for name, service in specd.items():
         at = f"{where}: {name}"
+        role = service["command"][1]
         flags = flag_values([compose_default(arg) for arg in service["command"]])
         listen_port = host_port(flags.get("--listen", ""))[1]
-        health = " ".join(service.get("healthcheck", {}).get("test", []))
-        if f":{listen_port}" not in health or "health" not in health:
-            p.add(at, f"healthcheck does not probe the gRPC port {listen_port}")
+        env = compose_env(service)
+        mounts = compose_mounts(service)
+        for source in mounts.values():
+            if source[0].rstrip("/").removeprefix("./") == "certs":
+                p.add(at, f"mounts {source[0]}, which holds the CA's private key; "
+                      "mount the service's own bundle")
+
+        def readable(path: str, mounts=mounts) -> str | None:
+            for target, (_, read_only) in mounts.items():
+                if path.startswith(target.rstrip("/") + "/"):
+                    return None if read_only else f"{target} is mounted read-write"
+            return "in no mounted directory"
+
+        for var in TLS_ENV.get(role, ()):
+            if not env.get(var):
+                p.add(at, f"no {var} in its environment")
+            elif readable(env[var]):
+                p.add(at, f"{var} {env[var]}: {readable(env[var])}")
+        test = [compose_default(str(arg)) for arg in service.get("healthcheck", {}).get("test", [])]
+        check_health_command(
+            f"{at} healthcheck", test, listen_port, bool(env.get("SPECD_TLS_CLIENT_CA")), readable, p
+        )
+        if env.get("SPECD_UPSTREAM_TLS_CA"):
+            check_upstream_urls(at, flags, p)
         if "--metrics-listen" not in flags:
             p.add(at, "no --metrics-listen")
         elif (name, host_port(flags["--metrics-listen"])[1]) not in scraped:
@@ -281,6 +363,45 @@ def check_compose(deploy: Path, compose: dict, p: Problems):
                     p.add(at, f"{flag} {flags[flag]}: {host} listens on another port")
         if service["command"][1] == "drafter" and "ports" in service:
             p.add(at, "a scaled drafter cannot publish fixed host ports")
+    # A published port is reachable from the network unless bound to the loopback interface;
+    # widening that is a decision for the one who starts it (an environment variable).
+    for name, service in services.items():
+        for entry in service.get("ports", []):
+            if isinstance(entry, dict):
+                ip = compose_default(str(entry.get("host_ip", "")))
+                published = compose_default(str(entry.get("published", entry.get("target"))))
+            else:
+                text = compose_default(str(entry)).split("/")[0]
+                match = re.fullmatch(r"(?:(\[[^\]]*\]|[^:]*):)?([^:]*):([^:]*)", text)
+                ip, published = (match.group(1) or "", match.group(2)) if match else ("", text)
+            if ip not in LOOPBACK:
+                p.add(
+                    f"{where}: {name}",
+                    f"publishes port {published} on {ip or 'every interface'}, not the loopback "
+                    "interface (only an environment variable may widen it)",
+                )
+
+
+def compose_env(service: dict) -> dict[str, str | None]:
+    """A service's environment as a mapping; a variable without a value is None (passed
+    through from the shell that starts compose, unset when that has none)."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return {e.split("=", 1)[0]: (e.split("=", 1)[1] if "=" in e else None) for e in env}
+    return {k: None if v is None else compose_default(str(v)) for k, v in env.items()}
+
+
+def compose_mounts(service: dict) -> dict[str, tuple[str, bool]]:
+    """target -> (source, read-only) of a service's volumes, short and long syntax."""
+    mounts: dict[str, tuple[str, bool]] = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target, *options = compose_default(volume).split(":")
+            mounts[target] = (source, bool(options) and "ro" in options[0].split(","))
+        else:
+            target = compose_default(str(volume.get("target", "")))
+            mounts[target] = (compose_default(str(volume.get("source", ""))), bool(volume.get("read_only")))
+    return mounts
 
 
 def check_cuda_override(deploy: Path, compose: dict, p: Problems):
@@ -400,17 +521,58 @@ def check_kubernetes(k8s: Path, p: Problems):
                 "prometheus.io/port"
             ) != str(metrics_port):
                 p.add(cat, f"pod is not annotated for scraping on port {metrics_port}")
+            role = args[1] if args[:1] == ["serve"] and len(args) > 1 else ""
+            volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+            mounts = container.get("volumeMounts", [])
+
+            def readable(path: str, secret: str = TLS_SECRET, mounts=mounts, volumes=volumes) -> str | None:
+                for mount in mounts:
+                    if path.startswith(mount["mountPath"].rstrip("/") + "/"):
+                        source = volumes.get(mount["name"], {}).get("secret", {}).get("secretName")
+                        if source != secret:
+                            origin = f"Secret {source}" if source else f"volume {mount['name']}"
+                            return f"mounted from {origin}, not the Secret {secret}"
+                        if not mount.get("readOnly"):
+                            return f"the Secret {secret} is mounted without readOnly: true"
+                        return None
+                return f"in no mount of the Secret {secret}"
+
+            for var in TLS_ENV.get(role, ()):
+                if var not in env:
+                    p.add(cat, f"no {var} in its environment")
+                elif "value" in env[var] and readable(str(env[var]["value"])):
+                    p.add(cat, f"{var} {env[var]['value']}: {readable(str(env[var]['value']))}")
+            if role == "router":
+                keys = env.get("SPECD_API_KEYS_FILE", {}).get("value")
+                if keys is None:
+                    p.add(cat, "no SPECD_API_KEYS_FILE: the public API would serve every client")
+                elif readable(str(keys), API_KEYS_SECRET):
+                    p.add(cat, f"SPECD_API_KEYS_FILE {keys}: {readable(str(keys), API_KEYS_SECRET)}")
+                if "SPECD_UPSTREAM_TLS_CA" in env:
+                    check_upstream_urls(cat, flags, p)
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                spec = container.get(probe, {}).get("grpc")
+                spec = container.get(probe)
                 if spec is None:
-                    p.add(cat, f"{probe} is not a gRPC health probe")
-                elif spec.get("port") != grpc_port:
-                    p.add(cat, f"{probe} probes port {spec.get('port')}, not {grpc_port}")
+                    p.add(cat, f"no {probe}")
+                elif "grpc" in spec:
+                    p.add(cat, f"{probe} is a kubelet gRPC probe, which cannot speak TLS; "
+                          "run `specd health` in an exec probe")
+                elif not spec.get("exec", {}).get("command"):
+                    p.add(cat, f"{probe} is not an exec probe running `specd health`")
+                else:
+                    command = [expand(str(a), env, configmaps) for a in spec["exec"]["command"]]
+                    check_health_command(
+                        f"{cat} {probe}", command, grpc_port, "SPECD_TLS_CLIENT_CA" in env, readable, p
+                    )
+                    timeout = flag_values(command).get("--timeout-secs")
+                    if timeout is not None and int(timeout) >= spec.get("timeoutSeconds", 1):
+                        p.add(cat, f"{probe}: --timeout-secs={timeout} is not below timeoutSeconds, "
+                              "so the kubelet gives up first")
             resources = container.get("resources", {})
             for bound in ("requests", "limits"):
                 if not {"cpu", "memory"} <= set(resources.get(bound, {})):
                     p.add(cat, f"resources.{bound} lacks cpu or memory")
-            for flag in ("--verifier", "--drafter-dns"):
+            for flag in ("--verifier", "--verifier-dns", "--drafter-dns"):
                 if flag not in flags:
                     continue
                 host, port = host_port(flags[flag])
@@ -420,7 +582,7 @@ def check_kubernetes(k8s: Path, p: Problems):
                     continue
                 if port not in [sp["port"] for sp in service["spec"].get("ports", [])]:
                     p.add(cat, f"{flag} {flags[flag]}: Service {host} has no port {port}")
-                if flag == "--drafter-dns" and service["spec"].get("clusterIP") != "None":
+                if flag.endswith("-dns") and service["spec"].get("clusterIP") != "None":
                     p.add(cat, f"{flag} {flags[flag]}: Service {host} is not headless, so its name resolves to one address")
 
     for name, service in services.items():
@@ -434,7 +596,182 @@ def check_kubernetes(k8s: Path, p: Problems):
         ref = hpa["spec"]["scaleTargetRef"]
         if ref["name"] not in by_kind.get(ref["kind"], {}):
             p.add(f"k8s HorizontalPodAutoscaler/{name}", f"targets missing {ref['kind']}/{ref['name']}")
+    check_network_policies(by_kind, workloads, kustomization.get("namespace", "default"), configmaps, p)
     print(f"  kubernetes: {len(objects)} objects in {len(present)} files cross-checked")
+
+
+class Endpoint:
+    """One end of a connection, for evaluating NetworkPolicies: a pod (its labels and its
+    namespace's labels) or an address outside the cluster's pods."""
+
+    def __init__(self, what: str, labels: dict | None = None, namespace: dict | None = None) -> None:
+        self.what = what
+        self.labels = labels or {}
+        self.namespace = namespace  # None: outside the cluster's pods
+
+
+def label_selects(selector: dict, labels: dict) -> bool:
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, op, values = expression["key"], expression["operator"], expression.get("values") or []
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and key in labels and labels[key] in values)
+            or (op == "Exists" and key not in labels)
+            or (op == "DoesNotExist" and key in labels)
+        ):
+            return False
+    return True
+
+
+def peer_matches(peer: dict, other: Endpoint, own_namespace: dict) -> bool:
+    if "ipBlock" in peer:
+        return other.namespace is None  # taken as addresses outside the cluster's pods
+    if other.namespace is None:
+        return False
+    selector = peer.get("namespaceSelector")
+    if selector is None and other.namespace != own_namespace:
+        return False
+    if selector is not None and not label_selects(selector, other.namespace):
+        return False
+    return "podSelector" not in peer or label_selects(peer["podSelector"], other.labels)
+
+
+def port_matches(ports: list[dict] | None, port: int, protocol: str, named: dict[str, int]) -> bool:
+    if not ports:
+        return True
+    for spec in ports:
+        if spec.get("protocol", "TCP") != protocol:
+            continue
+        number = spec.get("port")
+        if number is None:
+            return True
+        if isinstance(number, str):
+            number = named.get(number, -1)
+        if number <= port <= spec.get("endPort", number):
+            return True
+    return False
+
+
+def policy_types(policy: dict) -> list[str]:
+    spec = policy["spec"]
+    return spec.get("policyTypes") or (["Ingress"] + (["Egress"] if "egress" in spec else []))
+
+
+def allowed(
+    policies: list[dict], own_namespace: dict, src: Endpoint, dst: Endpoint, port: int,
+    protocol: str = "TCP", named: dict[str, int] | None = None,
+) -> bool:
+    """Whether the NetworkPolicies of the namespace let src open port on dst: src's egress
+    (when src is one of its pods) and dst's ingress (when dst is)."""
+    named = named or {}
+    for direction, subject, other, key in (("Egress", src, dst, "to"), ("Ingress", dst, src, "from")):
+        if subject.namespace != own_namespace:
+            continue
+        applying = [
+            pol for pol in policies
+            if direction in policy_types(pol)
+            and label_selects(pol["spec"].get("podSelector") or {}, subject.labels)
+        ]
+        if applying and not any(
+            (not rule.get(key) or any(peer_matches(peer, other, own_namespace) for peer in rule[key]))
+            and port_matches(rule.get("ports"), port, protocol, named)
+            for pol in applying
+            for rule in pol["spec"].get(direction.lower()) or []
+        ):
+            return False
+    return True
+
+
+def check_network_policies(by_kind: dict, workloads: dict, namespace: str, configmaps: dict, p: Problems):
+    where = "k8s NetworkPolicy"
+    policies = list(by_kind.get("NetworkPolicy", {}).values())
+    if not policies:
+        p.add("k8s", "no NetworkPolicy: every pod of the cluster reaches every specd port")
+        return
+    own = {"kubernetes.io/metadata.name": namespace}
+    for ns in by_kind.get("Namespace", {}).values():
+        if ns["metadata"]["name"] == namespace:
+            own.update(ns["metadata"].get("labels") or {})
+    if not any(
+        not (pol["spec"].get("podSelector") or {})
+        and "Ingress" in policy_types(pol)
+        and not pol["spec"].get("ingress")
+        for pol in policies
+    ):
+        p.add(where, "none denies ingress by default (podSelector: {}, policyTypes Ingress, no rules)")
+
+    pods: dict[str, tuple[Endpoint, dict[str, int]]] = {}
+    for workload in workloads.values():
+        template = workload["spec"]["template"]
+        for container in template["spec"]["containers"]:
+            args = container.get("args", [])
+            if args[:1] == ["serve"] and len(args) > 1:
+                ports = {port.get("name"): port["containerPort"] for port in container.get("ports", [])}
+                labels = template["metadata"].get("labels", {})
+                pods[args[1]] = (Endpoint(f"{args[1]} pods", labels, own), ports)
+    # Namespaces the policies name (the ingress controller's, the monitoring one), and
+    # sources that none of them should let in.
+    named_namespaces = [
+        peer["namespaceSelector"].get("matchLabels") or {}
+        for pol in policies
+        for rule in (pol["spec"].get("ingress") or []) + (pol["spec"].get("egress") or [])
+        for peer in rule.get("from", rule.get("to")) or []
+        if peer.get("namespaceSelector", {}).get("matchLabels")
+    ]
+    strangers = [
+        Endpoint("other pods of the namespace", {"app.kubernetes.io/name": "other"}, own),
+        Endpoint("pods of any namespace", {}, {"kubernetes.io/metadata.name": "any-other-namespace"}),
+        Endpoint("addresses outside the cluster"),
+    ]
+
+    def from_elsewhere(dst: Endpoint, port: int, ports: dict[str, int], what: str):
+        if not any(
+            allowed(policies, own, Endpoint("", {}, ns), dst, port, named=ports) for ns in named_namespaces
+        ):
+            p.add(where, f"no other namespace reaches the {dst.what} on port {port} ({what})")
+        for stranger in strangers:
+            if allowed(policies, own, stranger, dst, port, named=ports):
+                p.add(where, f"{stranger.what} reach the {dst.what} on port {port} ({what})")
+
+    # The collector named in the ConfigMap, in the namespace its Service name says.
+    endpoint = next(
+        (data["otlp-endpoint"] for data in configmaps.values() if data.get("otlp-endpoint")), None
+    )
+    router = pods.get("router")
+    for role in ("verifier", "drafter"):
+        if role not in pods:
+            continue
+        dst, ports = pods[role]
+        grpc = ports.get("grpc", 0)
+        if router and not allowed(policies, own, router[0], dst, grpc, named=ports):
+            p.add(where, f"router pods cannot reach the {dst.what} on port {grpc}")
+        for other in [pods[r][0] for r in pods if r != "router"] + strangers:
+            if allowed(policies, own, other, dst, grpc, named=ports):
+                p.add(where, f"{other.what} reach the {dst.what} on port {grpc}; only router pods should")
+    if router:
+        dst, ports = router
+        for name in ("grpc", "http"):
+            if name in ports:
+                from_elsewhere(dst, ports[name], ports, f"the public {name} API, for the ingress")
+        for role in ("verifier", "drafter"):
+            grpc = ports.get("grpc", 0)
+            if role in pods and allowed(policies, own, pods[role][0], dst, grpc, named=ports):
+                p.add(where, f"{role} pods reach the router pods on port {ports.get('grpc')}")
+    for role, (dst, ports) in pods.items():
+        if "metrics" in ports:
+            from_elsewhere(dst, ports["metrics"], ports, "metrics, for Prometheus")
+        dns = Endpoint("", {"k8s-app": "kube-dns"}, {"kubernetes.io/metadata.name": "kube-system"})
+        if not allowed(policies, own, dst, dns, 53, "UDP"):
+            p.add(where, f"the {dst.what} cannot reach DNS (UDP 53)")
+        if endpoint:
+            host, port = host_port(endpoint)
+            parts = host.split(".")
+            collector_namespace = parts[1] if len(parts) > 1 else namespace
+            collector = Endpoint("", {}, {"kubernetes.io/metadata.name": collector_namespace})
+            if not allowed(policies, own, dst, collector, port):
+                p.add(where, f"the {dst.what} cannot reach the OTLP collector {endpoint}")
 
 
 def unexported(contract: dict[str, Metric], root: Path) -> list[str]:

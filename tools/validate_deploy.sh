@@ -5,7 +5,9 @@
 #      kustomization's rendered output too when kubectl is installed;
 #   2. deploy/compose.yaml and its GPU override against the Compose specification's schema;
 #   3. tools/validate_deploy.py: the dashboard's queries against the telemetry contract
-#      (deploy/metrics.txt) and the files against each other (ports, names, probes).
+#      (deploy/metrics.txt) and the files against each other (ports, names, probes), and
+#      the security settings no schema knows: TLS and mutual TLS, API keys, what compose
+#      publishes, and what the NetworkPolicies let through.
 # The validators (kubernetes-validate and check-jsonschema, which carry their schemas, so no
 # schema is fetched at run time) are installed from PyPI into a virtual environment at
 # $SPECD_DEPLOY_VENV (default ~/.cache/specd/venv-deploy). If they cannot be installed,
@@ -31,7 +33,7 @@ cd "$(dirname "$SELF")/.."
 
 readonly VENV="${SPECD_DEPLOY_VENV:-$HOME/.cache/specd/venv-deploy}"
 readonly REQUIREMENTS="kubernetes-validate==1.37.0 check-jsonschema==0.39.0 PyYAML==6.0.4"
-# grpc probes are GA from 1.27 and autoscaling/v2 from 1.23; 1.29 is the oldest checked.
+# autoscaling/v2 is GA from 1.23 and NetworkPolicy long before; 1.29 is the oldest checked.
 readonly KUBERNETES_VERSIONS="1.29.0 1.37.0"
 
 failures=0
@@ -73,6 +75,13 @@ SELF_TEST_CASES=(
     "grafana/dashboards/specd.json|s/side=\\\\\"client\\\\\"/side=\\\\\"clinet\\\\\"/|side='clinet' is not a value|"
     "k8s/router.yaml|s/--drafter-dns=specd-drafters:/--drafter-dns=specd-drafter:/|no Service specd-drafter|"
     "prometheus.yml|s/router:9090/router:9999/|does not scrape router:9090|"
+    "compose.yaml|s/SPECD_BIND:-127.0.0.1/SPECD_BIND:-0.0.0.0/|publishes port 50050 on 0.0.0.0, not the loopback interface|"
+    "compose.yaml|s#https://verifier:50051#http://verifier:50051#|--verifier http://verifier:50051 is not https|"
+    "k8s/verifier.yaml|s/name: SPECD_TLS_CLIENT_CA$/name: SPECD_TLS_CLIENT_CA_FILE/|no SPECD_TLS_CLIENT_CA in its environment|"
+    "k8s/drafter.yaml|s#--addr=https://127.0.0.1:50052#--addr=http://127.0.0.1:50052#|--addr http://127.0.0.1:50052 is not https|"
+    "k8s/router.yaml|s/secretName: specd-api-keys/secretName: specd-keys/|not the Secret specd-api-keys|"
+    "k8s/networkpolicy.yaml|s#podSelector: {}#podSelector: {matchLabels: {app.kubernetes.io/component: router}}#|none denies ingress by default|"
+    "k8s/networkpolicy.yaml|s/component: router$/component: drafter/|drafter pods reach the verifier pods on port 50051|"
 )
 
 run_self_test() {

@@ -1,10 +1,12 @@
 //! `specd health`: a grpc.health.v1 check for container health probes, so images need no
 //! separate probe binary.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use specd_wire::tls::ClientTls;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -20,6 +22,15 @@ pub struct HealthArgs {
     /// Seconds to wait for an answer.
     #[arg(long, default_value_t = 5)]
     pub timeout_secs: u64,
+    /// The CA (PEM) the server's certificate chains to, for an https:// address.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present to a server that requires one (with --tls-key).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Succeeds when the server reports SERVING; any other answer or no answer is an error, so
@@ -30,8 +41,22 @@ pub fn run(args: HealthArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         let timeout = Duration::from_secs(args.timeout_secs.max(1));
-        let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())
-            .with_context(|| format!("addr: {} is not a valid URL", args.addr))?
+        let tls = ClientTls::from_files(
+            args.tls_ca.as_deref(),
+            args.tls_cert.as_deref(),
+            args.tls_key.as_deref(),
+            ["--tls-ca", "--tls-cert", "--tls-key"],
+        )?;
+        let mut endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
+            .with_context(|| format!("addr: {} is not a valid URL", args.addr))?;
+        let https = endpoint.uri().scheme_str() == Some("https");
+        match (tls, https) {
+            (Some(tls), true) => endpoint = endpoint.tls_config(tls.config(None))?,
+            (None, false) => {}
+            (None, true) => bail!("addr: an https:// address needs --tls-ca"),
+            (Some(_), false) => bail!("--tls-ca: the address is http://; use https://"),
+        }
+        let channel = endpoint
             .connect_timeout(timeout)
             .timeout(timeout)
             .connect()

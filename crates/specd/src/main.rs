@@ -33,7 +33,7 @@ enum Command {
     /// Prefill with the target, then draft one block with a Gemma 4 assistant.
     Draft(draft::DraftArgs),
     /// Run a service: verifier, drafter or router.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Compare plain, embedded speculative and split (gRPC) decoding on one checkpoint pair.
     Bench(bench::BenchArgs),
     /// Ask a specd server whether it is serving (exit status 0 when it is), for health probes.
@@ -43,7 +43,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let serve_args = match &cli.command {
-        Command::Serve(args) => Some(args),
+        Command::Serve(args) => Some(&**args),
         _ => None,
     };
     // Flushes buffered spans when dropped, after the command returned.
@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Draft(args) => draft::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Health(args) => health::run(args),
     }

@@ -18,11 +18,13 @@ mod pb {
 pub mod descriptor;
 pub mod draining;
 pub mod health;
+pub mod ids;
 pub mod kv;
 pub mod limits;
 pub mod sampling;
 pub mod serving;
 pub mod tensor;
+pub mod tls;
 
 /// `specd.v1.Tensor`: the wire form of a tensor (see [`tensor`] for the candle codec).
 pub use pb::Tensor as WireTensor;

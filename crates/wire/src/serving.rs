@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::future::Future;
 
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 use tonic::body::Body;
 use tonic::codegen::{http, Service};
@@ -14,12 +15,46 @@ use tonic::transport::Server;
 
 use crate::descriptor::{reflection_service, ReflectionError, SpecdService};
 use crate::health::HealthState;
+use crate::tls::ServerTls;
+
+/// How a server listens: TLS, reflection, and the HTTP/2 limits every connection gets.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// TLS (and mutual TLS) on the listener; `None` serves plaintext.
+    pub tls: Option<ServerTls>,
+    /// Serve gRPC server reflection beside the service.
+    pub reflection: bool,
+    /// HTTP/2 keepalive pings this often, so dead peers are noticed and their calls end;
+    /// `None` sends none.
+    pub keepalive: Option<Duration>,
+    /// How long a keepalive ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            tls: None,
+            reflection: true,
+            keepalive: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(20),
+            max_concurrent_streams: 256,
+        }
+    }
+}
 
 /// The server could not start or failed while serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
     Reflection(#[from] ReflectionError),
+    #[error("{server} TLS: {source}")]
+    Tls {
+        server: &'static str,
+        source: tonic::transport::Error,
+    },
     #[error("{server} transport: {source}")]
     Transport {
         server: &'static str,
@@ -42,9 +77,11 @@ pub struct Drain<B, W> {
 /// NOT_SERVING, and the server stops once `drain.finished` resolves. Whatever `server` needs
 /// loaded is loaded by the time it exists, so health reports SERVING from the start, unless
 /// `available` says otherwise: until the drain, health follows it (a router whose verifiers
-/// all stopped answering is NOT_SERVING).
+/// all stopped answering is NOT_SERVING). `options` say how connections are served.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve_draining<S, B, W>(
     hosted: SpecdService,
+    options: &ServeOptions,
     server: S,
     incoming: TcpIncoming,
     trace: fn(&http::Request<()>) -> tracing::Span,
@@ -66,7 +103,23 @@ where
     let initially_available = available.as_ref().is_none_or(|a| *a.borrow());
     let services = [hosted];
     let (health, health_service) = HealthState::starting(&services).await;
-    let reflection = reflection_service(&services)?;
+    let reflection = if options.reflection {
+        Some(reflection_service(&services)?)
+    } else {
+        None
+    };
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(options.keepalive)
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .max_concurrent_streams(Some(options.max_concurrent_streams.max(1)));
+    if let Some(tls) = &options.tls {
+        builder = builder
+            .tls_config(tls.grpc())
+            .map_err(|source| ServeError::Tls {
+                server: hosted.server(),
+                source,
+            })?;
+    }
     // Held while health changes: set once draining, after which nothing else changes it.
     let draining = Arc::new(Mutex::new(false));
     let follower = available.map(|available| {
@@ -95,10 +148,10 @@ where
     if initially_available {
         health.set_serving().await;
     }
-    Server::builder()
+    builder
         .trace_fn(trace)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_optional_service(reflection)
         .add_service(server)
         // Small per-round messages must not wait for delayed ACKs.
         .serve_with_incoming_shutdown(incoming.with_nodelay(Some(true)), drained)

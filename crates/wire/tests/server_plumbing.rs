@@ -342,7 +342,7 @@ async fn snapshot_larger_than_the_message_limit_streams_in_chunks() {
     // Asking for a larger chunk than the server allows still gets chunks within its limit.
     let mut stream = client
         .snapshot(SnapshotRequest {
-            seq_id: 1,
+            seq_id: "1".into(),
             max_chunk_bytes: 1 << 20,
         })
         .await
@@ -389,7 +389,7 @@ async fn oversized_messages_are_refused_on_both_ends() {
     let tight_server = start(tight).await;
     let loose_server = start(loose).await;
     let oversized = || VerifyRequest {
-        seq_id: 1,
+        seq_id: "1".into(),
         round: 1,
         tokens: vec![262_143; 4096], // 3 bytes each on the wire: 12 KiB
         budget: 1,
@@ -425,7 +425,7 @@ async fn oversized_messages_are_refused_on_both_ends() {
     // Nor does it accept the loose server's 16 KiB snapshot chunks.
     let mut stream = tight_client
         .snapshot(SnapshotRequest {
-            seq_id: 1,
+            seq_id: "1".into(),
             max_chunk_bytes: 0,
         })
         .await
@@ -435,4 +435,75 @@ async fn oversized_messages_are_refused_on_both_ends() {
     assert!(header.is_ok());
     let err = stream.next().await.unwrap().unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange, "{err}");
+}
+
+#[tokio::test]
+async fn reflection_can_be_switched_off_while_health_stays() {
+    use specd_wire::serving::{serve_draining, Drain, ServeOptions};
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    let snapshot = KvSnapshot {
+        committed_len: 1,
+        sliding_start: 0,
+        full: KvPair {
+            k: kv(1, 1, 0.0),
+            v: kv(1, 1, 1.0),
+        },
+        sliding: None,
+    };
+    let service = VerifierServer::new(SnapshotServer {
+        snapshot,
+        limits: MessageLimits::default(),
+    });
+    let options = ServeOptions {
+        reflection: false,
+        ..ServeOptions::default()
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        serve_draining(
+            SpecdService::Verifier,
+            &options,
+            service,
+            incoming,
+            |_| tracing::Span::none(),
+            async {
+                let _ = stopped.await;
+            },
+            Drain {
+                begin: || {},
+                finished: async {},
+                what: "nothing to finish",
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(health.status(), ServingStatus::Serving);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let answer = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await;
+    let code = match answer {
+        Err(status) => status.code(),
+        Ok(mut stream) => stream.get_mut().message().await.unwrap_err().code(),
+    };
+    assert_eq!(code, Code::Unimplemented);
+    drop(stop);
 }

@@ -274,6 +274,17 @@ fn shape_product_overflow_is_rejected_before_allocating() {
         matches!(err, TensorCodecError::ShapeOverflow { .. }),
         "{err}"
     );
+
+    // No elements at all, yet the strides of the other dimensions overflow (found by the
+    // tensor_codec fuzz target).
+    let err = decode(&wire("u8", &[0, 1 << 32, 1 << 32], vec![]), "z", &CPU).unwrap_err();
+    assert!(
+        matches!(err, TensorCodecError::ShapeOverflow { .. }),
+        "{err}"
+    );
+    // An empty tensor of modest shape still decodes.
+    let empty = decode(&wire("u8", &[0, 4, 4], vec![]), "e", &CPU).unwrap();
+    assert_eq!(empty.dims(), &[0, 4, 4]);
 }
 
 #[test]

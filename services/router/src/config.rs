@@ -1,7 +1,14 @@
 //! Settings of the router and what it learns from the verifier.
 
+use std::sync::Arc;
+
 use specd_wire::limits::MessageLimits;
+use specd_wire::serving::ServeOptions;
+use specd_wire::tls::ClientTls;
 use specd_wire::verifier::VerifierStatsResponse;
+
+use crate::auth::ApiKeys;
+use crate::request_limits::RequestLimits;
 
 /// How the router serves requests.
 #[derive(Debug, Clone)]
@@ -22,6 +29,17 @@ pub struct RouterConfig {
     pub max_batch_tokens: usize,
     /// Draft-model drafters pre-draft the next round while the verifier verifies this one.
     pub overlap: bool,
+    /// What one request may ask.
+    pub requests: RequestLimits,
+    /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
+    /// bytes.
+    pub max_snapshot_bytes: usize,
+    /// API keys clients must present; `None`: the API is open.
+    pub api_keys: Option<Arc<ApiKeys>>,
+    /// TLS, reflection and HTTP/2 limits of the router's own listener.
+    pub serving: ServeOptions,
+    /// TLS towards the verifiers and drafters; `None`: plaintext.
+    pub upstream_tls: Option<ClientTls>,
 }
 
 impl Default for RouterConfig {
@@ -34,6 +52,11 @@ impl Default for RouterConfig {
             max_concurrent_requests: 64,
             max_batch_tokens: 32,
             overlap: true,
+            requests: RequestLimits::default(),
+            max_snapshot_bytes: 1 << 30,
+            api_keys: None,
+            serving: ServeOptions::default(),
+            upstream_tls: None,
         }
     }
 }

@@ -13,12 +13,16 @@ pub(crate) trait Member {
     fn discovered(&self) -> bool;
 }
 
-/// The URLs (`http://addr`) `name` (`host:port`) resolves to, sorted; `None` when the
+/// The URLs (`scheme://addr`) `name` (`host:port`) resolves to, sorted; `None` when the
 /// resolution failed.
-pub(crate) async fn resolve(name: &str, what: &'static str) -> Option<Vec<String>> {
+pub(crate) async fn resolve(
+    name: &str,
+    what: &'static str,
+    scheme: &'static str,
+) -> Option<Vec<String>> {
     match tokio::net::lookup_host(name).await {
         Ok(addrs) => {
-            let mut urls: Vec<String> = addrs.map(|addr| format!("http://{addr}")).collect();
+            let mut urls: Vec<String> = addrs.map(|addr| format!("{scheme}://{addr}")).collect();
             urls.sort();
             urls.dedup();
             Some(urls)
@@ -66,10 +70,11 @@ pub(crate) async fn resolve_periodically<P>(
     name: String,
     refresh: Duration,
     what: &'static str,
+    scheme: &'static str,
     apply: fn(&P, &[String]),
 ) {
     loop {
-        if let Some(urls) = resolve(&name, what).await {
+        if let Some(urls) = resolve(&name, what, scheme).await {
             let Some(pool) = pool.upgrade() else { return };
             apply(&pool, &urls);
         }

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use specd_core::{NgramConfig, NgramDrafter};
 use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
-use specd_wire::limits::{MessageLimits, WithMessageLimits};
-use tonic::transport::{Channel, Endpoint};
+use specd_wire::limits::WithMessageLimits;
+use tonic::transport::Channel;
 use tracing::{debug, warn};
 
 use crate::carry::WireCarry;
 use crate::discovery::{replace_discovered, resolve_periodically, Member};
+use crate::upstream::{dns_host, Upstream};
 
 /// How long a drafter may take to describe itself before a request goes on without it.
 const STATS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -61,10 +62,10 @@ pub struct DrafterInfo {
 }
 
 impl DrafterInfo {
-    /// Whether its drafts are ids of a vocabulary of `target_vocab` tokens (a drafter that
-    /// does not report its vocabulary is trusted).
+    /// Whether its drafts are ids of a vocabulary of `target_vocab` tokens. A drafter that
+    /// reports no vocabulary cannot be checked, so it is not used either.
     pub fn fits_vocab(&self, target_vocab: usize) -> bool {
-        self.vocab_size == 0 || self.vocab_size == target_vocab
+        self.vocab_size != 0 && self.vocab_size == target_vocab
     }
 }
 
@@ -84,7 +85,9 @@ pub struct DrafterEndpoint {
 /// Drafter services; each session sticks to one, new sessions go to the least loaded.
 pub struct DrafterPool {
     endpoints: RwLock<Vec<Arc<DrafterEndpoint>>>,
-    limits: MessageLimits,
+    upstream: Upstream,
+    /// The host of the DNS name drafters are found through, which their certificates name.
+    dns_host: String,
     backoff: Duration,
     /// The verifier's vocabulary size (0: not known yet); drafters of another are not used.
     target_vocab: AtomicUsize,
@@ -128,13 +131,13 @@ pub enum DrafterSetupError {
 impl Drafters {
     /// Connects lazily: a drafter down at startup is retried by later requests. A DNS name
     /// is resolved in the background from now on, for as long as the pool lives.
-    pub fn new(source: &DraftSource, limits: &MessageLimits) -> Result<Self, DrafterSetupError> {
+    pub fn new(source: &DraftSource, upstream: &Upstream) -> Result<Self, DrafterSetupError> {
         Ok(match source {
             DraftSource::None => Drafters::None,
             DraftSource::Ngram(config) => Drafters::Ngram(Arc::new(NgramDrafter::new(*config)?)),
-            DraftSource::Remote(urls) => Drafters::Remote(pool_of(urls, None, limits)?),
+            DraftSource::Remote(urls) => Drafters::Remote(pool_of(urls, None, upstream)?),
             DraftSource::Discovered { urls, dns } => {
-                Drafters::Remote(pool_of(urls, Some(dns), limits)?)
+                Drafters::Remote(pool_of(urls, Some(dns), upstream)?)
             }
             DraftSource::Hybrid { urls, dns, lookup } => {
                 if urls.is_empty() && dns.is_none() {
@@ -142,7 +145,7 @@ impl Drafters {
                 }
                 let lookup = Arc::new(NgramDrafter::new(*lookup)?);
                 Drafters::Hybrid {
-                    pool: pool_of(urls, dns.as_ref(), limits)?,
+                    pool: pool_of(urls, dns.as_ref(), upstream)?,
                     lookup,
                 }
             }
@@ -163,7 +166,7 @@ impl Drafters {
 fn pool_of(
     urls: &[String],
     dns: Option<&DrafterDns>,
-    limits: &MessageLimits,
+    upstream: &Upstream,
 ) -> Result<Arc<DrafterPool>, DrafterSetupError> {
     if let Some(dns) = dns {
         if dns.name.rsplit_once(':').is_none() {
@@ -173,13 +176,18 @@ fn pool_of(
             });
         }
     }
-    let pool = Arc::new(DrafterPool::new(urls, limits)?);
+    let mut pool = DrafterPool::new(urls, upstream)?;
+    if let Some(host) = dns.and_then(|dns| dns_host(&dns.name)) {
+        pool.dns_host = host;
+    }
+    let pool = Arc::new(pool);
     if let Some(dns) = dns {
         tokio::spawn(resolve_periodically(
             Arc::downgrade(&pool),
             dns.name.clone(),
             dns.refresh,
             "drafters",
+            upstream.scheme(),
             DrafterPool::set_discovered,
         ));
     }
@@ -188,14 +196,15 @@ fn pool_of(
 
 impl DrafterPool {
     /// A pool of the drafters at `urls`.
-    pub fn new(urls: &[String], limits: &MessageLimits) -> Result<Self, DrafterSetupError> {
+    pub fn new(urls: &[String], upstream: &Upstream) -> Result<Self, DrafterSetupError> {
         let endpoints = urls
             .iter()
-            .map(|url| DrafterEndpoint::new(url, limits, false).map(Arc::new))
+            .map(|url| DrafterEndpoint::new(url, upstream, None).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             endpoints: RwLock::new(endpoints),
-            limits: *limits,
+            upstream: upstream.clone(),
+            dns_host: String::new(),
             backoff: FAILED_DRAFTER_BACKOFF,
             target_vocab: AtomicUsize::new(0),
             choosing: Mutex::new(()),
@@ -241,7 +250,7 @@ impl DrafterPool {
                     url = %endpoint.url,
                     drafter_vocab = info.vocab_size,
                     verifier_vocab = vocab,
-                    "drafter vocabulary differs from the verifier's; not used"
+                    "drafter vocabulary is unknown or differs from the verifier's; not used"
                 );
                 continue;
             }
@@ -289,7 +298,7 @@ impl DrafterPool {
         replace_discovered(
             &mut endpoints,
             urls,
-            |url| DrafterEndpoint::new(url, &self.limits, true),
+            |url| DrafterEndpoint::new(url, &self.upstream, Some(&self.dns_host)),
             "drafter",
         );
     }
@@ -306,16 +315,24 @@ impl Member for DrafterEndpoint {
 }
 
 impl DrafterEndpoint {
-    fn new(url: &str, limits: &MessageLimits, discovered: bool) -> Result<Self, DrafterSetupError> {
-        let channel = Endpoint::from_shared(url.to_owned())
-            .map_err(|e| DrafterSetupError::Url {
-                url: url.to_owned(),
-                reason: e.to_string(),
-            })?
-            .connect_lazy();
+    /// `server_name`: the name a discovered drafter's certificate carries (its DNS name);
+    /// `None` for configured URLs.
+    fn new(
+        url: &str,
+        upstream: &Upstream,
+        server_name: Option<&str>,
+    ) -> Result<Self, DrafterSetupError> {
+        let channel =
+            upstream
+                .channel(url, server_name)
+                .map_err(|reason| DrafterSetupError::Url {
+                    url: url.to_owned(),
+                    reason,
+                })?;
+        let discovered = server_name.is_some();
         Ok(Self {
             url: url.to_owned(),
-            client: DrafterClient::new(channel).with_message_limits(limits),
+            client: DrafterClient::new(channel).with_message_limits(&upstream.limits),
             info: Mutex::new(None),
             open_sessions: AtomicUsize::new(0),
             avoid_until: Mutex::new(None),
@@ -397,7 +414,22 @@ mod tests {
 
     fn pool(urls: &[&str]) -> DrafterPool {
         let urls: Vec<String> = urls.iter().map(|u| (*u).to_owned()).collect();
-        DrafterPool::new(&urls, &MessageLimits::default()).unwrap()
+        DrafterPool::new(&urls, &Upstream::default()).unwrap()
+    }
+
+    #[test]
+    fn only_drafters_of_the_verifiers_vocabulary_are_used() {
+        let info = |vocab_size| DrafterInfo {
+            kind: DrafterKind::DraftModel,
+            max_draft_tokens: 4,
+            vocab_size,
+        };
+        assert!(info(151_936).fits_vocab(151_936));
+        assert!(!info(152_064).fits_vocab(151_936));
+        assert!(
+            !info(0).fits_vocab(151_936),
+            "an unreported vocabulary is left out"
+        );
     }
 
     #[tokio::test]
@@ -424,14 +456,14 @@ mod tests {
 
     #[tokio::test]
     async fn hybrid_sets_up_the_pool_and_the_lookup() {
-        let limits = MessageLimits::default();
+        let upstream = Upstream::default();
         let lookup = specd_core::hybrid::HYBRID_LOOKUP;
         let source = DraftSource::Hybrid {
             urls: vec!["http://10.0.0.1:50052".into()],
             dns: None,
             lookup,
         };
-        let drafters = Drafters::new(&source, &limits).unwrap();
+        let drafters = Drafters::new(&source, &upstream).unwrap();
         let Drafters::Hybrid {
             pool,
             lookup: ngram,
@@ -448,7 +480,7 @@ mod tests {
             dns: None,
             lookup,
         };
-        let err = Drafters::new(&none, &limits).err().unwrap();
+        let err = Drafters::new(&none, &upstream).err().unwrap();
         assert!(matches!(err, DrafterSetupError::HybridWithoutDrafters));
         let bad_dns = DraftSource::Hybrid {
             urls: Vec::new(),
@@ -458,7 +490,7 @@ mod tests {
             }),
             lookup,
         };
-        let err = Drafters::new(&bad_dns, &limits).err().unwrap();
+        let err = Drafters::new(&bad_dns, &upstream).err().unwrap();
         assert!(err.to_string().contains("host:port"), "{err}");
         let bad_lookup = DraftSource::Hybrid {
             urls: vec!["http://10.0.0.1:50052".into()],
@@ -468,13 +500,13 @@ mod tests {
                 max_ngram: 4,
             },
         };
-        let err = Drafters::new(&bad_lookup, &limits).err().unwrap();
+        let err = Drafters::new(&bad_lookup, &upstream).err().unwrap();
         assert!(err.to_string().contains("min_ngram"), "{err}");
     }
 
     #[tokio::test]
     async fn a_bad_url_names_itself() {
-        let err = DrafterPool::new(&["not a url".into()], &MessageLimits::default())
+        let err = DrafterPool::new(&["not a url".into()], &Upstream::default())
             .err()
             .unwrap();
         assert!(err.to_string().contains("not a url"), "{err}");

@@ -11,6 +11,7 @@
 //! sequence and closes the drafter session in the background.
 
 mod admission;
+pub mod auth;
 pub mod carry;
 mod client_telemetry;
 pub mod config;
@@ -24,18 +25,23 @@ pub mod predraft;
 pub mod remote_drafter;
 pub mod remote_verifier;
 mod report;
+pub mod request_limits;
 mod run;
 pub mod sampling;
 mod serve;
 mod service;
 mod sink;
+pub mod upstream;
 pub mod validate;
 pub mod verifiers;
 
+pub use auth::ApiKeys;
 pub use config::{RouterConfig, TargetLimits};
 pub use drafters::{DraftSource, DrafterDns};
 pub use http::serve_http;
+pub use request_limits::RequestLimits;
 pub use serve::{serve, ServeError};
 pub use service::{GenerationService, RouterSetupError};
 pub use specd_text::TargetText;
+pub use upstream::Upstream;
 pub use verifiers::{VerifierDns, VerifierSource};

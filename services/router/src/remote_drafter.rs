@@ -37,7 +37,7 @@ struct SessionState {
     /// The drafter the session lives on.
     lease: Option<Arc<Lease>>,
     /// The drafter's id of the open session.
-    session_id: Option<u64>,
+    session_id: Option<String>,
     /// Draft calls answered so far; the drafter's round numbers count these.
     rounds: u64,
     /// The hidden state of the last carry, reused when no round happened since.
@@ -56,7 +56,7 @@ struct SessionState {
 #[derive(Default)]
 struct Opening {
     ended: bool,
-    unclaimed: Vec<(DrafterClient<Channel>, u64)>,
+    unclaimed: Vec<(DrafterClient<Channel>, String)>,
 }
 
 fn lock_opening(opening: &Mutex<Opening>) -> MutexGuard<'_, Opening> {
@@ -116,17 +116,17 @@ impl<'a> RemoteSession<'a> {
 
     /// Marks the request ended, so that an open still in flight closes its session when it
     /// answers; returns the sessions opened but not yet claimed, to be closed now.
-    fn end_opening(&self) -> Vec<(DrafterClient<Channel>, u64)> {
+    fn end_opening(&self) -> Vec<(DrafterClient<Channel>, String)> {
         let mut opening = lock_opening(&self.opening);
         opening.ended = true;
         std::mem::take(&mut opening.unclaimed)
     }
 
     /// The request takes over an opened session (it is then closed through `state`).
-    fn claim(&self, session_id: u64) {
+    fn claim(&self, session_id: &str) {
         lock_opening(&self.opening)
             .unclaimed
-            .retain(|(_, id)| *id != session_id);
+            .retain(|(_, id)| id != session_id);
     }
 
     fn state(&self) -> MutexGuard<'_, SessionState> {
@@ -164,7 +164,7 @@ impl<'a> RemoteSession<'a> {
     /// Opens a session on `lease`'s drafter. The call completes in its own task, which
     /// records the session as unclaimed until the request [claims](Self::claim) it, or
     /// closes it when the request has already ended.
-    async fn open_on(&self, lease: &Lease, messages: Vec<WireOpen>) -> Result<u64, CallFailure> {
+    async fn open_on(&self, lease: &Lease, messages: Vec<WireOpen>) -> Result<String, CallFailure> {
         let (sender, receiver) = oneshot::channel();
         let client = lease.client();
         let deadline = self.deadline;
@@ -172,16 +172,16 @@ impl<'a> RemoteSession<'a> {
         crate::detached::spawn(
             async move {
                 let outcome = open_call(client.clone(), messages, deadline).await;
-                if let Ok(session_id) = outcome {
+                if let Ok(session_id) = &outcome {
                     let ended = {
                         let mut opening = lock_opening(&opening);
                         if !opening.ended {
-                            opening.unclaimed.push((client.clone(), session_id));
+                            opening.unclaimed.push((client.clone(), session_id.clone()));
                         }
                         opening.ended
                     };
                     if ended {
-                        close_call(client, session_id).await;
+                        close_call(client, session_id.clone()).await;
                         return;
                     }
                 }
@@ -312,7 +312,7 @@ impl<'a> RemoteSession<'a> {
             };
             let max = u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX);
             let first = WireDraft {
-                session_id,
+                session_id: session_id.clone(),
                 round: 1,
                 count: wire.count.min(max),
                 carry: Some(carry),
@@ -321,8 +321,8 @@ impl<'a> RemoteSession<'a> {
             let predrafting = first.predraft;
             match self.draft_on(&lease, first).await {
                 Ok((drafts, _)) => {
-                    self.claim(session_id);
-                    info!(url = lease.url(), session_id, "drafter session resynced");
+                    self.claim(&session_id);
+                    info!(url = lease.url(), %session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
                     specd_telemetry::record::fallback("failover");
                     *self.state() = SessionState {
@@ -337,7 +337,7 @@ impl<'a> RemoteSession<'a> {
                     return Ok(drafts);
                 }
                 Err(failure) => {
-                    self.claim(session_id);
+                    self.claim(&session_id);
                     crate::detached::spawn(close_call(lease.client(), session_id));
                     last = self.note_failure(&lease, failure)?;
                 }
@@ -375,15 +375,18 @@ async fn open_call(
     mut client: DrafterClient<Channel>,
     messages: Vec<WireOpen>,
     deadline: Option<std::time::Instant>,
-) -> Result<u64, tonic::Status> {
+) -> Result<String, tonic::Status> {
     let request = with_deadline(tokio_stream::iter(messages), deadline)?;
     Ok(client.open(request).await?.into_inner().session_id)
 }
 
-async fn close_call(mut client: DrafterClient<Channel>, session_id: u64) {
-    match client.close(traced(CloseRequest { session_id })).await {
-        Ok(_) => debug!(session_id, "drafter session closed"),
-        Err(status) => warn!(session_id, %status, "closing a drafter session failed"),
+async fn close_call(mut client: DrafterClient<Channel>, session_id: String) {
+    let request = traced(CloseRequest {
+        session_id: session_id.clone(),
+    });
+    match client.close(request).await {
+        Ok(_) => debug!(%session_id, "drafter session closed"),
+        Err(status) => warn!(%session_id, %status, "closing a drafter session failed"),
     }
 }
 
@@ -439,7 +442,7 @@ impl Drafter for RemoteSession<'_> {
             tried.push(current.url().to_owned());
             match self.open_on(&current, messages.clone()).await {
                 Ok(session_id) => {
-                    self.claim(session_id);
+                    self.claim(&session_id);
                     let mut state = self.state();
                     state.lease = Some(current);
                     state.session_id = Some(session_id);
@@ -476,7 +479,7 @@ impl Drafter for RemoteSession<'_> {
             (carry, None, context)
         };
         let wire = WireDraft {
-            session_id,
+            session_id: session_id.clone(),
             round: wire_round,
             bonus: request.bonus,
             position,
@@ -542,7 +545,7 @@ impl Drafter for RemoteSession<'_> {
         // meanwhile (a deadline, a cancelled client), `close_detached` still closes it.
         let (lease, session_id) = {
             let state = self.state();
-            (state.lease.clone(), state.session_id)
+            (state.lease.clone(), state.session_id.clone())
         };
         if let (Some(lease), Some(session_id)) = (lease, session_id) {
             let closed = lease
@@ -569,9 +572,9 @@ impl Drafter for RemoteSession<'_> {
             open.push((lease.client(), session_id));
         }
         for (client, session_id) in open {
-            if !crate::detached::try_spawn(close_call(client, session_id)) {
+            if !crate::detached::try_spawn(close_call(client, session_id.clone())) {
                 warn!(
-                    session_id,
+                    %session_id,
                     "no runtime to close the drafter session on; it will expire"
                 );
             }

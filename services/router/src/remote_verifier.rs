@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use prost::Message as _;
 use specd_core::{
     ForwardCost, PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest,
 };
@@ -41,13 +42,15 @@ pub struct SequenceOptions {
     pub max_chunk_bytes: u64,
     /// The client's deadline, carried on every call.
     pub deadline: Option<Instant>,
+    /// Largest K/V snapshot the router holds for one request, in encoded bytes.
+    pub max_snapshot_bytes: usize,
 }
 
 /// The request's sequence: where it lives, its id there and its committed length.
 #[derive(Clone)]
 struct Handle {
     replica: Arc<Replica>,
-    seq_id: u64,
+    seq_id: String,
     committed_len: u32,
     /// The core round numbered 1 on this replica (a sequence moved to another replica
     /// starts its rounds again from 1 there).
@@ -96,7 +99,7 @@ fn lock_state(state: &Mutex<SequenceState>) -> MutexGuard<'_, SequenceState> {
 
 /// Prefill's answer, as the spawned call hands it over.
 struct PrefillOutcome {
-    seq_id: u64,
+    seq_id: String,
     first_token: u32,
     committed_len: u32,
     carry: WireCarry,
@@ -194,18 +197,20 @@ impl RemoteSequence {
     ) -> Result<PrefillOutcome, RemoteError> {
         let (sender, receiver) = oneshot::channel();
         let deadline = self.options.deadline;
+        let max_snapshot_bytes = self.options.max_snapshot_bytes;
         let state = self.state.clone();
         crate::detached::spawn(
             async move {
                 let client = replica.client();
-                let outcome = prefill_call(client.clone(), wire, deadline).await;
+                let outcome =
+                    prefill_call(client.clone(), wire, deadline, max_snapshot_bytes).await;
                 if let Ok(outcome) = &outcome {
                     let recorded = {
                         let mut state = lock_state(&state);
                         if !state.abandoned {
                             state.live = Some(Handle {
                                 replica,
-                                seq_id: outcome.seq_id,
+                                seq_id: outcome.seq_id.clone(),
                                 committed_len: outcome.committed_len,
                                 round_base,
                             });
@@ -213,7 +218,7 @@ impl RemoteSequence {
                         !state.abandoned
                     };
                     if !recorded {
-                        release_call(client, outcome.seq_id).await;
+                        release_call(client, outcome.seq_id.clone()).await;
                         return;
                     }
                 }
@@ -250,7 +255,7 @@ impl RemoteSequence {
             }
         };
         // The lost replica may still hold the sequence (a dropped connection, not a crash).
-        crate::detached::try_spawn(release_call(lost.replica.client(), lost.seq_id));
+        crate::detached::try_spawn(release_call(lost.replica.client(), lost.seq_id.clone()));
         let mut exclude = vec![from];
         let outcome = self
             .place(wire, u64::from(round), &mut exclude)
@@ -267,7 +272,7 @@ impl RemoteSequence {
         }
         let moved = self.current()?;
         span.record("to", moved.replica.url());
-        info!(parent: &span, seq_id = moved.seq_id, "request moved to another verifier");
+        info!(parent: &span, seq_id = %moved.seq_id, "request moved to another verifier");
         self.migrations.fetch_add(1, Ordering::Relaxed);
         specd_telemetry::record::verifier_migration();
         Ok(moved)
@@ -279,7 +284,7 @@ impl RemoteSequence {
         let handle = self.current()?;
         let request = with_deadline(
             SnapshotRequest {
-                seq_id: handle.seq_id,
+                seq_id: handle.seq_id.clone(),
                 max_chunk_bytes: self.options.max_chunk_bytes,
             },
             self.options.deadline,
@@ -292,11 +297,41 @@ impl RemoteSequence {
             .await
             .map_err(RemoteError::verifier)?
             .into_inner();
-        let mut chunks = Vec::new();
+        let mut chunks = SnapshotBuffer::new(self.options.max_snapshot_bytes);
         while let Some(chunk) = stream.message().await.map_err(RemoteError::verifier)? {
-            chunks.push(chunk);
+            chunks.push(chunk)?;
         }
-        Ok(chunks)
+        Ok(chunks.chunks)
+    }
+}
+
+/// Snapshot chunks held for a drafter's Open, up to a limit on their size.
+struct SnapshotBuffer {
+    chunks: Vec<SnapshotChunk>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl SnapshotBuffer {
+    fn new(limit: usize) -> Self {
+        Self {
+            chunks: Vec::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    fn push(&mut self, chunk: SnapshotChunk) -> Result<(), RemoteError> {
+        self.bytes += chunk.encoded_len();
+        if self.bytes > self.limit {
+            return Err(RemoteError::verifier(Status::resource_exhausted(format!(
+                "snapshot: the K/V snapshot exceeds the router's limit of {} bytes \
+                 (--max-snapshot-bytes)",
+                self.limit
+            ))));
+        }
+        self.chunks.push(chunk);
+        Ok(())
     }
 }
 
@@ -305,6 +340,7 @@ async fn prefill_call(
     mut client: VerifierClient<Channel>,
     request: WirePrefill,
     deadline: Option<Instant>,
+    max_snapshot_bytes: usize,
 ) -> Result<PrefillOutcome, RemoteError> {
     let request = with_deadline(request, deadline).map_err(RemoteError::verifier)?;
     let mut stream = client
@@ -323,10 +359,11 @@ async fn prefill_call(
         hidden: head.hidden,
         ..WireCarry::default()
     };
+    let mut snapshot = SnapshotBuffer::new(max_snapshot_bytes);
     let rest = async {
         while let Some(message) = stream.message().await.map_err(RemoteError::verifier)? {
             match message.body {
-                Some(prefill_response::Body::Snapshot(chunk)) => carry.snapshot.push(chunk),
+                Some(prefill_response::Body::Snapshot(chunk)) => snapshot.push(chunk)?,
                 _ => {
                     return Err(RemoteError::protocol(
                         "verifier",
@@ -338,9 +375,10 @@ async fn prefill_call(
         Ok(())
     };
     if let Err(error) = rest.await {
-        release_call(client, head.seq_id).await;
+        release_call(client, head.seq_id.clone()).await;
         return Err(error);
     }
+    carry.snapshot = snapshot.chunks;
     Ok(PrefillOutcome {
         seq_id: head.seq_id,
         first_token: head.first_token,
@@ -349,10 +387,13 @@ async fn prefill_call(
     })
 }
 
-async fn release_call(mut client: VerifierClient<Channel>, seq_id: u64) {
-    match client.release(traced(ReleaseRequest { seq_id })).await {
-        Ok(_) => debug!(seq_id, "verifier sequence released"),
-        Err(status) => warn!(seq_id, %status, "releasing a verifier sequence failed"),
+async fn release_call(mut client: VerifierClient<Channel>, seq_id: String) {
+    let request = traced(ReleaseRequest {
+        seq_id: seq_id.clone(),
+    });
+    match client.release(request).await {
+        Ok(_) => debug!(%seq_id, "verifier sequence released"),
+        Err(status) => warn!(%seq_id, %status, "releasing a verifier sequence failed"),
     }
 }
 
@@ -381,7 +422,7 @@ impl RemoteSequence {
             {
                 Ok(response) => break response.into_inner(),
                 Err(status) if status.code() == Code::Unavailable && attempt < VERIFY_ATTEMPTS => {
-                    warn!(seq_id = handle.seq_id, %status, "verify failed in transport; retrying");
+                    warn!(seq_id = %handle.seq_id, %status, "verify failed in transport; retrying");
                 }
                 Err(status) => return Err(RemoteError::verifier(status)),
             }
@@ -428,7 +469,7 @@ impl Verifier for RemoteSequence {
         })?;
         let (response, wire) = loop {
             let wire = WireVerify {
-                seq_id: handle.seq_id,
+                seq_id: handle.seq_id.clone(),
                 round: u64::from(request.round) + 1 - handle.round_base,
                 tokens: request.tokens.clone(),
                 budget: u32::try_from(request.budget).unwrap_or(u32::MAX),
@@ -440,7 +481,7 @@ impl Verifier for RemoteSequence {
                 Err(RemoteError::Status { status, .. }) if self.replica_lost(&status) => {
                     warn!(
                         url = %handle.replica.url(),
-                        seq_id = handle.seq_id,
+                        seq_id = %handle.seq_id,
                         %status,
                         "verifier lost; moving the request"
                     );
@@ -491,7 +532,7 @@ impl Verifier for RemoteSequence {
             .truncate(
                 with_deadline(
                     TruncateRequest {
-                        seq_id: handle.seq_id,
+                        seq_id: handle.seq_id.clone(),
                         committed_len,
                     },
                     self.options.deadline,
@@ -516,7 +557,7 @@ impl Verifier for RemoteSequence {
                 .replica
                 .client()
                 .release(traced(ReleaseRequest {
-                    seq_id: handle.seq_id,
+                    seq_id: handle.seq_id.clone(),
                 }))
                 .await;
             self.state().live.take();
@@ -534,9 +575,10 @@ impl Verifier for RemoteSequence {
         let Some(handle) = live else {
             return;
         };
-        if !crate::detached::try_spawn(release_call(handle.replica.client(), handle.seq_id)) {
+        if !crate::detached::try_spawn(release_call(handle.replica.client(), handle.seq_id.clone()))
+        {
             warn!(
-                seq_id = handle.seq_id,
+                seq_id = %handle.seq_id,
                 "no runtime to release the verifier sequence on; it will expire"
             );
         }

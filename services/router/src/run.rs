@@ -84,6 +84,18 @@ impl RouterState {
         scope: &RequestScope,
     ) -> Result<Finish, Status> {
         let run = self.run_loop(plan, sink, control, scope);
+        let run = async {
+            match self.config.requests.max_duration {
+                Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(format!(
+                        "the request ran longer than this server's limit of {} s \
+                         (--max-request-secs)",
+                        limit.as_secs()
+                    )))
+                }),
+                None => run.await,
+            }
+        };
         match scope.deadline {
             Some(deadline) => tokio::time::timeout_at(deadline.into(), run)
                 .await
@@ -110,6 +122,7 @@ impl RouterState {
             with_mtp_state: false,
             max_chunk_bytes: self.config.limits.snapshot_chunk_bytes() as u64,
             deadline: scope.deadline,
+            max_snapshot_bytes: self.config.max_snapshot_bytes,
         };
         let request = |block_size| GenerationRequest {
             seq: SeqId(id),
@@ -130,6 +143,7 @@ impl RouterState {
             (Drafters::Ngram(ngram), true) => {
                 let verifier = self.sequence(options, scope);
                 RoundLoop::new(&verifier, Some(&**ngram), text)
+                    .with_vocab_size(self.limits.vocab_size)
                     .run(request(block), sink, control)
                     .await
             }
@@ -155,11 +169,13 @@ impl RouterState {
                                 let hybrid = HybridDrafter::new(session, lookup.config())
                                     .map_err(|e| Status::internal(e.to_string()))?;
                                 RoundLoop::new(&verifier, Some(&hybrid), text)
+                                    .with_vocab_size(self.limits.vocab_size)
                                     .run(request(block), sink, control)
                                     .await
                             }
                             _ => {
                                 RoundLoop::new(&verifier, Some(&session), text)
+                                    .with_vocab_size(self.limits.vocab_size)
                                     .run(request(block), sink, control)
                                     .await
                             }
@@ -170,6 +186,7 @@ impl RouterState {
                         Drafters::Hybrid { lookup, .. } => {
                             let verifier = self.sequence(options, scope);
                             RoundLoop::new(&verifier, Some(&**lookup), text)
+                                .with_vocab_size(self.limits.vocab_size)
                                 .run(request(block), sink, control)
                                 .await
                         }

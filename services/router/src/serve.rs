@@ -21,6 +21,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let limits = service.config().limits;
+    let options = service.config().serving.clone();
     let available = service.verifier_reachable();
     let draining = service.clone();
     let finishing = service.clone();
@@ -32,6 +33,7 @@ pub async fn serve(
     };
     serve_draining(
         SpecdService::Generation,
+        &options,
         generation,
         incoming,
         // One server span per call, continuing the caller's trace.

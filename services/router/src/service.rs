@@ -8,12 +8,13 @@ use specd_telemetry::record::ActiveRequest;
 use specd_wire::generation::{
     GenerateRequest, GenerateResponse, GenerateStreamResponse, Generation,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{debug, warn, Instrument};
 
 use crate::admission::Admitted;
+use crate::auth::KeyGrant;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::deadline::request_deadline;
 use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
@@ -21,6 +22,7 @@ use crate::predraft::PredraftCounts;
 use crate::report::RequestFacts;
 use crate::run::{RequestScope, RouterState};
 use crate::sink::{CollectSink, StreamSink};
+use crate::upstream::Upstream;
 use crate::validate::{plan, Plan};
 use crate::verifiers::{PoolError, VerifierPool, VerifierSource};
 use specd_text::TargetText;
@@ -44,6 +46,8 @@ pub enum RouterSetupError {
 #[derive(Clone)]
 pub struct GenerationService {
     state: Arc<RouterState>,
+    /// Turns to tokenize a prompt (and validate its request) on the blocking pool.
+    tokenizing: Arc<Semaphore>,
 }
 
 impl GenerationService {
@@ -56,16 +60,22 @@ impl GenerationService {
         config: RouterConfig,
         wait: Duration,
     ) -> Result<Self, RouterSetupError> {
-        let pool = VerifierPool::connect(verifiers, &config.limits, wait).await?;
+        let upstream = Upstream {
+            limits: config.limits,
+            tls: config.upstream_tls.clone(),
+        };
+        let pool = VerifierPool::connect(verifiers, &upstream, wait).await?;
         let limits = pool.target().clone();
         if text.eos_token_ids().is_empty() {
             warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
         }
-        let drafters = Drafters::new(source, &config.limits)?;
+        let drafters = Drafters::new(source, &upstream)?;
         if let Some(pool) = drafters.pool() {
             pool.expect_vocab(limits.vocab_size);
         }
+        let tokenizing = Arc::new(Semaphore::new(config.requests.tokenizer_threads.max(1)));
         Ok(Self {
+            tokenizing,
             state: Arc::new(RouterState::new(
                 pool,
                 limits,
@@ -92,25 +102,54 @@ struct Prepared {
     facts: RequestFacts,
     scope: RequestScope,
     admitted: Admitted,
+    /// The client's API key and its place under the key's limit, held while the request runs.
+    grant: Option<KeyGrant>,
 }
 
 impl GenerationService {
-    /// What the unary and streaming calls share: the deadline, validation, admission.
-    fn prepare(&self, request: Request<GenerateRequest>) -> Result<Prepared, Status> {
+    /// What the unary and streaming calls share: the API key, the deadline, validation,
+    /// admission.
+    async fn prepare(&self, request: Request<GenerateRequest>) -> Result<Prepared, Status> {
         let started = Instant::now();
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|value| value.to_str().unwrap_or_default());
+        let grant = self.authorize(authorization)?;
         let deadline = request_deadline(request.metadata(), started)?;
-        self.prepare_at(request.into_inner(), started, deadline)
+        self.prepare_at(request.into_inner(), started, deadline, grant)
+            .await
     }
 
-    fn prepare_at(
+    /// Checks an `authorization` value against the router's API keys; `None` when the API
+    /// is open.
+    pub(crate) fn authorize(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Option<KeyGrant>, Status> {
+        match &self.state.config.api_keys {
+            None => Ok(None),
+            Some(keys) => {
+                let grant = keys.authorize(authorization)?;
+                debug!(key = %grant.name, "authorized");
+                Ok(Some(grant))
+            }
+        }
+    }
+
+    async fn prepare_at(
         &self,
         request: GenerateRequest,
         started: Instant,
         deadline: Option<Instant>,
+        grant: Option<KeyGrant>,
     ) -> Result<Prepared, Status> {
         let state = &self.state;
-        let plan = plan(request, &state.limits, &state.config, &state.text)?;
+        state.config.requests.check(&request)?;
+        // Admitted before tokenizing, so prompts waiting for the tokenizer are bounded by the
+        // router's capacity; a request that fails validation gives its place back at once.
         let admitted = state.admission.admit()?;
+        let plan = self.plan_off_runtime(request).await?;
         let resyncs = Arc::new(AtomicU32::new(0));
         let migrations = Arc::new(AtomicU32::new(0));
         let predraft = Arc::new(PredraftCounts::default());
@@ -134,7 +173,25 @@ impl GenerationService {
                 predraft,
             },
             admitted,
+            grant,
         })
+    }
+
+    /// Validates `request`, tokenizing its prompt, on the blocking pool and at most
+    /// `tokenizer_threads` at once, so long prompts never stall the async runtime (and the
+    /// health checks and streams it serves).
+    async fn plan_off_runtime(&self, request: GenerateRequest) -> Result<Plan, Status> {
+        let _turn = self
+            .tokenizing
+            .acquire()
+            .await
+            .map_err(|_| Status::unavailable("router: shutting down"))?;
+        let state = self.state.clone();
+        tokio::task::spawn_blocking(move || {
+            plan(request, &state.limits, &state.config, &state.text)
+        })
+        .await
+        .map_err(|_| Status::internal("validating the request failed"))?
     }
 
     /// Stops taking requests: new ones are refused with UNAVAILABLE.
@@ -163,7 +220,8 @@ impl Generation for GenerationService {
             facts,
             scope,
             admitted,
-        } = self.prepare(request)?;
+            grant: _grant,
+        } = self.prepare(request).await?;
         let _active = ActiveRequest::start();
         let state = &self.state;
         let mut sink = CollectSink::default();
@@ -186,7 +244,7 @@ impl Generation for GenerationService {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<Self::GenerateStreamStream>, Status> {
-        let prepared = self.prepare(request)?;
+        let prepared = self.prepare(request).await?;
         Ok(Response::new(ReceiverStream::new(self.stream(prepared))))
     }
 }
@@ -194,12 +252,15 @@ impl Generation for GenerationService {
 impl GenerationService {
     /// Validates, admits and starts `request` as a stream of messages, as GenerateStream
     /// does: the HTTP API's way in. Dropping the receiver cancels the request.
-    pub(crate) fn start_stream(
+    pub(crate) async fn start_stream(
         &self,
         request: GenerateRequest,
         deadline: Option<Instant>,
+        grant: Option<KeyGrant>,
     ) -> Result<mpsc::Receiver<Result<GenerateStreamResponse, Status>>, Status> {
-        let prepared = self.prepare_at(request, Instant::now(), deadline)?;
+        let prepared = self
+            .prepare_at(request, Instant::now(), deadline, grant)
+            .await?;
         Ok(self.stream(prepared))
     }
 
@@ -220,6 +281,7 @@ impl GenerationService {
             facts,
             scope,
             admitted,
+            grant,
         }: Prepared,
     ) -> mpsc::Receiver<Result<GenerateStreamResponse, Status>> {
         let state = self.state.clone();
@@ -231,11 +293,17 @@ impl GenerationService {
             async move {
                 let _active = active;
                 let watch = sender.clone();
-                let mut sink = StreamSink::new(sender, facts, state.text.clone());
+                let stall = state.config.requests.stream_stall_timeout;
+                let mut sink = StreamSink::new(sender, facts, state.text.clone(), stall);
                 tokio::select! {
                     result = state.run(plan, &mut sink, admitted.control(), &scope) => {
                         if let Err(status) = result {
-                            let _ = watch.send(Err(status)).await;
+                            let send = watch.send(Err(status));
+                            // A client that stopped reading does not hold the request here.
+                            let _ = match stall {
+                                Some(stall) => tokio::time::timeout(stall, send).await.ok(),
+                                None => Some(send.await),
+                            };
                         }
                     }
                     // The client is gone: dropping the round loop frees its sequence and session.
@@ -243,6 +311,7 @@ impl GenerationService {
                 }
                 // The request holds its place until its last message is queued.
                 drop(admitted);
+                drop(grant);
             }
             .instrument(call_span),
         );

@@ -1,6 +1,7 @@
 //! Where a request's events go: a stream to the client, or a transcript for a unary answer.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use specd_core::round_loop::SinkClosed;
 use specd_core::{Event, EventSink};
@@ -32,6 +33,8 @@ pub struct StreamSink {
     transcript: Transcript,
     facts: RequestFacts,
     text: Arc<TargetText>,
+    /// How long a message may wait for the client to read (`None`: forever).
+    stall_timeout: Option<Duration>,
 }
 
 impl StreamSink {
@@ -39,12 +42,14 @@ impl StreamSink {
         sender: mpsc::Sender<Result<GenerateStreamResponse, Status>>,
         facts: RequestFacts,
         text: Arc<TargetText>,
+        stall_timeout: Option<Duration>,
     ) -> Self {
         Self {
             sender,
             transcript: Transcript::default(),
             facts,
             text,
+            stall_timeout,
         }
     }
 }
@@ -73,6 +78,21 @@ impl EventSink for StreamSink {
                 }
             }
         };
-        self.sender.send(Ok(message)).await.map_err(|_| SinkClosed)
+        let send = self.sender.send(Ok(message));
+        match self.stall_timeout {
+            None => send.await.map_err(|_| SinkClosed),
+            // A client that stopped reading holds its place, sequence and session until this
+            // ends it: the request is dropped like a cancelled one.
+            Some(timeout) => match tokio::time::timeout(timeout, send).await {
+                Ok(sent) => sent.map_err(|_| SinkClosed),
+                Err(_) => {
+                    tracing::warn!(
+                        ?timeout,
+                        "stream client read nothing for --stream-stall-timeout-secs; request ended"
+                    );
+                    Err(SinkClosed)
+                }
+            },
+        }
     }
 }

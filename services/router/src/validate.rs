@@ -70,7 +70,7 @@ pub fn plan(
     let room = context - prompt_ids.len();
     let (max_tokens, context_capped) = match request.max_tokens.map(|n| n as usize) {
         None => {
-            let default = config.default_max_tokens as usize;
+            let default = config.default_max_tokens.min(config.requests.max_tokens) as usize;
             (default.min(room), default > room)
         }
         Some(0) => {

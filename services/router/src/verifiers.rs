@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use specd_wire::limits::{MessageLimits, WithMessageLimits};
+use specd_wire::limits::WithMessageLimits;
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest, VerifierStatsResponse};
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use crate::config::TargetLimits;
 use crate::discovery::{replace_discovered, resolve, resolve_periodically, Member};
+use crate::upstream::{dns_host, Upstream};
 
 /// How often every replica's Stats are read (placement, identity, probing failed ones back).
 pub const STATS_REFRESH: Duration = Duration::from_millis(500);
@@ -90,20 +91,24 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// `server_name`: the name a discovered replica's certificate carries (its DNS name);
+    /// `None` for configured URLs.
     fn new(
         url: &str,
-        limits: &MessageLimits,
-        discovered: bool,
+        upstream: &Upstream,
+        server_name: Option<&str>,
     ) -> Result<Self, VerifierSetupError> {
-        let channel = Endpoint::from_shared(url.to_owned())
-            .map_err(|e| VerifierSetupError::Url {
-                url: url.to_owned(),
-                reason: e.to_string(),
-            })?
-            .connect_lazy();
+        let channel =
+            upstream
+                .channel(url, server_name)
+                .map_err(|reason| VerifierSetupError::Url {
+                    url: url.to_owned(),
+                    reason,
+                })?;
+        let discovered = server_name.is_some();
         Ok(Self {
             url: url.to_owned(),
-            client: VerifierClient::new(channel).with_message_limits(limits),
+            client: VerifierClient::new(channel).with_message_limits(&upstream.limits),
             load: Mutex::new(None),
             mismatched: AtomicBool::new(false),
             avoid_until: Mutex::new(None),
@@ -163,7 +168,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The replicas of one target.
 pub struct VerifierPool {
     replicas: RwLock<Vec<Arc<Replica>>>,
-    limits: MessageLimits,
+    upstream: Upstream,
+    /// The host of the DNS name replicas are found through, which their certificates name.
+    dns_host: String,
     backoff: Duration,
     /// What every replica must serve (from the first one that answered).
     target: TargetLimits,
@@ -178,7 +185,7 @@ impl VerifierPool {
     /// as the pool lives.
     pub async fn connect(
         source: &VerifierSource,
-        limits: &MessageLimits,
+        upstream: &Upstream,
         wait: Duration,
     ) -> Result<Arc<Self>, PoolError> {
         if let Some(dns) = &source.dns {
@@ -192,16 +199,21 @@ impl VerifierPool {
         let mut replicas = source
             .urls
             .iter()
-            .map(|url| Replica::new(url, limits, false).map(Arc::new))
+            .map(|url| Replica::new(url, upstream, None).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let dns_host = source
+            .dns
+            .as_ref()
+            .and_then(|dns| dns_host(&dns.name))
+            .unwrap_or_default();
         let deadline = Instant::now() + wait;
         let target = loop {
             if let Some(dns) = &source.dns {
-                if let Some(urls) = resolve(&dns.name, "verifiers").await {
+                if let Some(urls) = resolve(&dns.name, "verifiers", upstream.scheme()).await {
                     replace_discovered(
                         &mut replicas,
                         &urls,
-                        |url| Replica::new(url, limits, true),
+                        |url| Replica::new(url, upstream, Some(&dns_host)),
                         "verifier",
                     );
                 }
@@ -232,7 +244,8 @@ impl VerifierPool {
         let (reachable, _) = watch::channel(true);
         let pool = Arc::new(Self {
             replicas: RwLock::new(replicas),
-            limits: *limits,
+            upstream: upstream.clone(),
+            dns_host,
             backoff: source.backoff,
             target,
             reachable,
@@ -245,6 +258,7 @@ impl VerifierPool {
                 dns.name,
                 dns.refresh,
                 "verifiers",
+                upstream.scheme(),
                 VerifierPool::set_discovered,
             ));
         }
@@ -377,7 +391,7 @@ impl VerifierPool {
         replace_discovered(
             &mut replicas,
             urls,
-            |url| Replica::new(url, &self.limits, true),
+            |url| Replica::new(url, &self.upstream, Some(&self.dns_host)),
             "verifier",
         );
     }
@@ -415,14 +429,15 @@ mod tests {
     use super::*;
 
     fn pool(urls: &[&str]) -> VerifierPool {
-        let limits = MessageLimits::default();
+        let upstream = Upstream::default();
         let replicas = urls
             .iter()
-            .map(|url| Arc::new(Replica::new(url, &limits, false).unwrap()))
+            .map(|url| Arc::new(Replica::new(url, &upstream, None).unwrap()))
             .collect();
         VerifierPool {
             replicas: RwLock::new(replicas),
-            limits,
+            upstream,
+            dns_host: String::new(),
             backoff: Duration::from_secs(10),
             target: TargetLimits {
                 vocab_size: 256,

@@ -33,6 +33,8 @@ pub struct RoundLoop<'a, V, D, T: ?Sized> {
     drafter: Option<&'a D>,
     detokenizer: &'a T,
     clock: &'a dyn Clock,
+    /// The target's vocabulary size, when known: drafts at or past it are a drafter fault.
+    vocab_size: Option<usize>,
 }
 
 impl<'a, V, T> RoundLoop<'a, V, NoDrafter<V::Carry>, T>
@@ -47,6 +49,7 @@ where
             drafter: None,
             detokenizer,
             clock: &SystemClock,
+            vocab_size: None,
         }
     }
 }
@@ -64,6 +67,17 @@ where
             drafter,
             detokenizer,
             clock: &SystemClock,
+            vocab_size: None,
+        }
+    }
+
+    /// This loop checking every draft against a vocabulary of `vocab_size` tokens: a draft
+    /// outside it ends speculation for the request (counted as an invalid draft) instead of
+    /// reaching the verifier, which would refuse the round.
+    pub fn with_vocab_size(self, vocab_size: usize) -> Self {
+        Self {
+            vocab_size: Some(vocab_size),
+            ..self
         }
     }
 
@@ -118,6 +132,7 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     stop: StopChecker<'a, T>,
     controller: BlockSizeController,
     clock: &'a dyn Clock,
+    vocab_size: Option<usize>,
     stats: SpecStats,
     /// Last emitted token, not yet in the target cache.
     bonus: u32,
@@ -173,6 +188,7 @@ where
             stop: StopChecker::new(parts.detokenizer, request.stop.clone(), context),
             controller,
             clock: parts.clock,
+            vocab_size: parts.vocab_size,
             stats: SpecStats::default(),
             bonus: 0,
             emitted: 0,
@@ -495,17 +511,33 @@ where
             count,
         };
         match drafter.draft(request).await {
-            Ok(drafts) if drafts.len() <= count => drafts,
-            Ok(drafts) => {
+            Ok(drafts) if drafts.len() > count => {
                 let message = format!("asked for {count} drafts, got {}", drafts.len());
                 self.fall_back(FallbackCause::InvalidDraft, message);
                 Vec::new()
             }
+            Ok(drafts) => match self.out_of_vocabulary(&drafts) {
+                None => drafts,
+                Some(message) => {
+                    self.fall_back(FallbackCause::InvalidDraft, message);
+                    Vec::new()
+                }
+            },
             Err(error) => {
                 self.fall_back(FallbackCause::Draft, error.to_string());
                 Vec::new()
             }
         }
+    }
+
+    /// What is wrong with `drafts` if one is not a token of the target's vocabulary.
+    fn out_of_vocabulary(&self, drafts: &[u32]) -> Option<String> {
+        let vocab = self.vocab_size?;
+        let i = drafts.iter().position(|&token| token as usize >= vocab)?;
+        Some(format!(
+            "draft {i} is token {}, not below the vocabulary size {vocab}",
+            drafts[i]
+        ))
     }
 
     /// Continues without speculation; the output does not change.

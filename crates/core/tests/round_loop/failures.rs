@@ -1,12 +1,15 @@
 //! Drafter failures fall back to plain decoding; verifier failures fail the request; both
 //! sides are always cleaned up.
 
+use specd_core::round_loop::{RequestControl, RoundLoop};
 use specd_core::round_loop::{RequestError, RoundLoopError};
 use specd_core::{BlockSizeConfig, FallbackCause, FinishReason, SamplingParams, StopConditions};
 
+use crate::support::executor::block_on;
+use crate::support::pieces::Pieces;
 use crate::support::scenario::{request, run, samplings, tokens_of, PROMPT, SEQ, SESSION};
 use crate::support::table_drafter::{Policy, TableDrafter};
-use crate::support::table_target::reference_decode;
+use crate::support::table_target::{reference_decode, VOCAB};
 use crate::support::table_verifier::{TableVerifier, VerifierFaults};
 
 const MAX_TOKENS: usize = 30;
@@ -92,6 +95,47 @@ fn too_many_drafts_fall_back() {
     );
     assert_eq!(rounds[0].0, 4);
     assert!(rounds[1..].iter().all(|&(width, _)| width == 1));
+}
+
+#[test]
+fn drafts_outside_the_vocabulary_fall_back_before_the_verifier_sees_them() {
+    let sampling = samplings()[2];
+    let reference = reference_decode(&PROMPT, &sampling, MAX_TOKENS, &[]);
+    let verifier = TableVerifier::with_faults(VerifierFaults::default());
+    let drafter = TableDrafter::new(Policy::OutOfVocabularyAt(2));
+    let mut events = Vec::new();
+    let finish = block_on(
+        RoundLoop::new(&verifier, Some(&drafter), &Pieces)
+            .with_vocab_size(VOCAB as usize)
+            .run(
+                request(
+                    BlockSizeConfig::fixed(4),
+                    sampling,
+                    StopConditions::max_tokens(MAX_TOKENS),
+                ),
+                &mut events,
+                &RequestControl::new(),
+            ),
+    )
+    .unwrap();
+    assert_eq!(tokens_of(&events), reference);
+    let fallback = finish.stats.fallback.expect("fallback recorded");
+    assert_eq!(
+        (fallback.round, fallback.cause),
+        (2, FallbackCause::InvalidDraft)
+    );
+    assert!(
+        fallback.message.contains("vocabulary"),
+        "{}",
+        fallback.message
+    );
+    let log = verifier.log();
+    assert!(
+        log.verifies
+            .iter()
+            .all(|v| v.tokens.iter().all(|&t| t < VOCAB)),
+        "an out-of-vocabulary draft reached the verifier"
+    );
 }
 
 #[test]

@@ -10,3 +10,4 @@ mod hybrid;
 mod lossless;
 mod ngram;
 mod opening;
+mod property;

@@ -12,7 +12,7 @@ use specd_drafter::{
 };
 use specd_models::qwen2::GgufFile;
 
-use super::listen::{bind, shutdown_signal};
+use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
 use crate::device::{DTypeArg, DeviceArg};
 
@@ -36,12 +36,25 @@ pub struct DrafterArgs {
     /// Seconds after which an untouched session is closed (0: never).
     #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: u64,
+    /// Opens (snapshot or context upload and the session's prefill) in progress at once;
+    /// more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SPECD_MAX_CONCURRENT_OPENS", default_value_t = 8)]
+    pub max_concurrent_opens: usize,
+    /// Seconds an Open may take from its first message to a ready session.
+    #[arg(long, env = "SPECD_OPEN_TIMEOUT_SECS", default_value_t = 60)]
+    pub open_timeout_secs: u64,
+    /// K/V positions all sessions may hold together; an Open or draft past it is refused
+    /// with RESOURCE_EXHAUSTED (the router then decodes that request without drafts).
+    #[arg(long, env = "SPECD_MAX_KV_TOKENS")]
+    pub max_kv_tokens: Option<usize>,
     /// A GGUF draft model proposes only token ids below this (its LM head reads only their
     /// rows); 0: the whole vocabulary.
     #[arg(long, env = "SPECD_DRAFT_VOCAB", default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
     pub draft_vocab: usize,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
     #[command(flatten)]
     pub telemetry: super::TelemetryArgs,
     #[arg(long, value_enum, default_value = "cpu")]
@@ -106,6 +119,10 @@ async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<(
         max_sessions: args.max_sessions,
         idle_timeout: (args.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(args.idle_timeout_secs)),
+        max_concurrent_opens: args.max_concurrent_opens.max(1),
+        open_timeout: Duration::from_secs(args.open_timeout_secs.max(1)),
+        max_kv_tokens: args.max_kv_tokens,
+        serving: args.listener.options()?,
         ..DrafterServerConfig::default()
     };
     let service = DrafterService::new(Arc::new(engine), config);

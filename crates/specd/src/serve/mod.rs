@@ -31,7 +31,7 @@ enum Service {
     Drafter(drafter::DrafterArgs),
     /// The public API: one round loop per request over a verifier and drafters
     /// (specd.v1.Generation).
-    Router(router::RouterArgs),
+    Router(Box<router::RouterArgs>),
 }
 
 /// Message limits every service applies to both directions.
@@ -71,7 +71,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         match args.service {
             Service::Verifier(args) => verifier::run(args).await,
             Service::Drafter(args) => drafter::run(args).await,
-            Service::Router(args) => router::run(args).await,
+            Service::Router(args) => router::run(*args).await,
         }
     })
 }

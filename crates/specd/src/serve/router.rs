@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -9,11 +10,12 @@ use clap::{Args, ValueEnum};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_router::{
-    serve, serve_http, DraftSource, DrafterDns, GenerationService, RouterConfig, TargetText,
-    VerifierDns, VerifierSource,
+    serve, serve_http, ApiKeys, DraftSource, DrafterDns, GenerationService, RequestLimits,
+    RouterConfig, TargetText, VerifierDns, VerifierSource,
 };
+use specd_wire::tls::ClientTls;
 
-use super::listen::{bind, bind_http, shutdown_signal};
+use super::listen::{bind, bind_http, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
 
 /// A setting that is on or off.
@@ -109,10 +111,84 @@ pub struct RouterArgs {
     /// block size is capped to its share (0: no cap).
     #[arg(long, env = "SPECD_MAX_BATCH_TOKENS", default_value_t = 32)]
     pub max_batch_tokens: usize,
+    /// The CA (PEM) the verifiers' and drafters' certificates chain to: the router then
+    /// calls them over TLS (https:// URLs; DNS-found members by the DNS name).
+    #[arg(long, env = "SPECD_UPSTREAM_TLS_CA")]
+    pub upstream_tls_ca: Option<PathBuf>,
+    /// The certificate (PEM) the router presents to verifiers and drafters that require
+    /// client certificates (with --upstream-tls-key).
+    #[arg(long, env = "SPECD_UPSTREAM_TLS_CERT")]
+    pub upstream_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --upstream-tls-cert.
+    #[arg(long, env = "SPECD_UPSTREAM_TLS_KEY")]
+    pub upstream_tls_key: Option<PathBuf>,
+    /// API keys, one per line, optionally `name:key`: clients must send
+    /// `authorization: Bearer KEY` (gRPC metadata or HTTP header). Health stays open.
+    #[arg(long, env = "SPECD_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// Requests one API key may run at once (0: only --max-concurrent-requests limits).
+    #[arg(long, env = "SPECD_MAX_REQUESTS_PER_KEY", default_value_t = 0)]
+    pub max_requests_per_key: usize,
+    /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
+    /// bytes; a larger one ends that request's speculation.
+    #[arg(long, env = "SPECD_MAX_SNAPSHOT_BYTES", default_value_t = 1 << 30)]
+    pub max_snapshot_bytes: usize,
+    #[command(flatten)]
+    pub requests: RequestLimitArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
+    pub listener: ListenerArgs,
+    #[command(flatten)]
     pub telemetry: super::TelemetryArgs,
+}
+
+/// What one request may ask of the router.
+#[derive(Args, Debug)]
+pub struct RequestLimitArgs {
+    /// Bytes of prompt text or chat messages a request may send (checked before
+    /// tokenization).
+    #[arg(long, env = "SPECD_MAX_PROMPT_BYTES", default_value_t = 1 << 20)]
+    pub max_prompt_bytes: usize,
+    /// Largest max_tokens a request may ask for.
+    #[arg(long, env = "SPECD_MAX_TOKENS_LIMIT", default_value_t = 32_768)]
+    pub max_tokens_limit: u32,
+    /// Stop strings per request.
+    #[arg(long, env = "SPECD_MAX_STOP_STRINGS", default_value_t = 16)]
+    pub max_stop_strings: usize,
+    /// Bytes of one stop string.
+    #[arg(long, env = "SPECD_MAX_STOP_STRING_BYTES", default_value_t = 256)]
+    pub max_stop_string_bytes: usize,
+    /// Seconds one request may run (0: no limit).
+    #[arg(long, env = "SPECD_MAX_REQUEST_SECS", default_value_t = 1800)]
+    pub max_request_secs: u64,
+    /// A streaming client that reads nothing for this many seconds is dropped and its
+    /// request's place freed (0: wait forever).
+    #[arg(long, env = "SPECD_STREAM_STALL_TIMEOUT_SECS", default_value_t = 60)]
+    pub stream_stall_timeout_secs: u64,
+    /// Prompts tokenized at once, off the serving threads (default: one per core).
+    #[arg(long, env = "SPECD_TOKENIZER_THREADS")]
+    pub tokenizer_threads: Option<usize>,
+}
+
+impl RequestLimitArgs {
+    fn limits(&self) -> Result<RequestLimits> {
+        let secs = |s: u64| (s > 0).then(|| Duration::from_secs(s));
+        let defaults = RequestLimits::default();
+        let tokenizer_threads = self.tokenizer_threads.unwrap_or(defaults.tokenizer_threads);
+        if tokenizer_threads == 0 {
+            bail!("--tokenizer-threads: must be at least 1");
+        }
+        Ok(RequestLimits {
+            max_prompt_bytes: self.max_prompt_bytes,
+            max_tokens: self.max_tokens_limit,
+            max_stop_strings: self.max_stop_strings,
+            max_stop_string_bytes: self.max_stop_string_bytes,
+            max_duration: secs(self.max_request_secs),
+            stream_stall_timeout: secs(self.stream_stall_timeout_secs),
+            tokenizer_threads,
+        })
+    }
 }
 
 /// Where drafts come from, as the drafting flags say.
@@ -183,6 +259,26 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         max_concurrent_requests: args.max_concurrent_requests,
         max_batch_tokens: args.max_batch_tokens,
         overlap: args.overlap == Switch::On,
+        requests: args.requests.limits()?,
+        max_snapshot_bytes: args.max_snapshot_bytes,
+        api_keys: match &args.api_keys_file {
+            Some(path) => Some(Arc::new(ApiKeys::load(path, args.max_requests_per_key)?)),
+            None if args.max_requests_per_key > 0 => {
+                bail!("--max-requests-per-key needs --api-keys-file")
+            }
+            None => None,
+        },
+        serving: args.listener.options()?,
+        upstream_tls: ClientTls::from_files(
+            args.upstream_tls_ca.as_deref(),
+            args.upstream_tls_cert.as_deref(),
+            args.upstream_tls_key.as_deref(),
+            [
+                "--upstream-tls-ca",
+                "--upstream-tls-cert",
+                "--upstream-tls-key",
+            ],
+        )?,
     };
     let service = GenerationService::connect(
         &verifier_source(&args)?,

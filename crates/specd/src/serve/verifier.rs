@@ -12,7 +12,7 @@ use specd_verifier::{
     BatchConfig, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits,
 };
 
-use super::listen::{bind, shutdown_signal};
+use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
 use crate::device::{DTypeArg, DeviceArg};
 use crate::text::gguf_text;
@@ -47,6 +47,8 @@ pub struct VerifierArgs {
     pub idle_timeout_secs: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
     #[command(flatten)]
     pub telemetry: super::TelemetryArgs,
     #[arg(long, value_enum, default_value = "cpu")]
@@ -89,6 +91,7 @@ async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<
             max_rows: args.batch_max_rows.max(1),
             max_wait: Duration::from_micros(args.batch_max_wait_us),
         },
+        serving: args.listener.options()?,
     };
     let service = VerifierService::new(Arc::new(local), config);
     let incoming = bind(args.listen, "verifier")?;

@@ -2,6 +2,8 @@
 //! signalled and killed like an operator or an orchestrator would.
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -105,6 +107,12 @@ impl Service {
     /// `host:port` of the service.
     pub fn addr(&self) -> &str {
         self.url.trim_start_matches("http://")
+    }
+
+    /// The service's URL when it serves TLS with a certificate for localhost.
+    pub fn https_url(&self) -> String {
+        let port = self.addr().rsplit_once(':').unwrap().1;
+        format!("https://localhost:{port}")
     }
 
     /// A router over the verifier replicas `verifiers` and the drafters `drafters`.

@@ -54,11 +54,8 @@ impl SnapshotAssembler {
                         limit: self.max_total_bytes,
                     });
                 }
-                self.buffers = layout
-                    .parts
-                    .iter()
-                    .map(|p| Vec::with_capacity(p.layout.byte_len()))
-                    .collect();
+                // Buffers grow as data arrives: a header alone reserves nothing.
+                self.buffers = layout.parts.iter().map(|_| Vec::new()).collect();
                 self.header = Some(layout);
                 Ok(())
             }

@@ -36,9 +36,13 @@ impl TensorLayout {
         };
         let mut dims = Vec::with_capacity(shape.len());
         let mut elem_count: usize = 1;
+        // The product of the non-zero dimensions bounds every stride of the shape: a zero
+        // dimension empties the tensor but does not stop its strides from overflowing.
+        let mut strides_bound: usize = 1;
         for &dim in shape {
             let dim = usize::try_from(dim).map_err(|_| overflow())?;
             elem_count = elem_count.checked_mul(dim).ok_or_else(overflow)?;
+            strides_bound = strides_bound.checked_mul(dim.max(1)).ok_or_else(overflow)?;
             dims.push(dim);
         }
         let byte_len = elem_count

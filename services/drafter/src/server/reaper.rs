@@ -20,7 +20,7 @@ pub(crate) async fn expire_idle<S>(sessions: Weak<Sessions<S>>, timeout: Duratio
         };
         for id in sessions.idle(timeout) {
             if sessions.remove(id) {
-                info!(session_id = id, ?timeout, "idle session expired");
+                info!(session_id = %id, ?timeout, "idle session expired");
             }
         }
     }

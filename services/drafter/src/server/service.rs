@@ -9,6 +9,8 @@ use specd_wire::drafter::{
     CloseRequest, CloseResponse, DraftRequest, DraftResponse, Drafter, DrafterStatsRequest,
     DrafterStatsResponse, OpenRequest, OpenResponse,
 };
+use specd_wire::ids::WireId;
+use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::config::DrafterServerConfig;
@@ -23,6 +25,8 @@ pub struct DrafterService<E: DraftEngine> {
     engine: Arc<E>,
     info: EngineInfo,
     sessions: Arc<Sessions<E::Session>>,
+    /// Places for Opens in progress.
+    opening: Arc<Semaphore>,
     config: DrafterServerConfig,
 }
 
@@ -32,6 +36,7 @@ impl<E: DraftEngine> DrafterService<E> {
             info: engine.info(),
             engine,
             sessions: Arc::new(Sessions::new()),
+            opening: Arc::new(Semaphore::new(config.max_concurrent_opens.max(1))),
             config,
         }
     }
@@ -48,6 +53,34 @@ impl<E: DraftEngine> DrafterService<E> {
     pub(crate) fn sessions(&self) -> &Arc<Sessions<E::Session>> {
         &self.sessions
     }
+
+    /// Reads an Open stream and builds its session; the session and the K/V positions it
+    /// holds.
+    async fn open_session(
+        &self,
+        mut stream: Streaming<OpenRequest>,
+    ) -> Result<(E::Session, usize), Status> {
+        let received =
+            receive_open(&mut stream, &self.info, self.config.max_snapshot_bytes).await?;
+        let engine = self.engine.clone();
+        let info = self.info.clone();
+        let budget = self.config.max_kv_tokens;
+        tokio::task::spawn_blocking(move || {
+            let open = session_to_open(received, &info, engine.device())?;
+            if let Some(budget) = budget.filter(|&budget| open.committed_len > budget) {
+                return Err(Status::resource_exhausted(format!(
+                    "max_kv_tokens: a session of {} positions exceeds the drafter's K/V \
+                     budget of {budget}",
+                    open.committed_len
+                )));
+            }
+            let session = engine.open(open).map_err(status_of)?;
+            let tokens = engine.committed_len(&session);
+            Ok((session, tokens))
+        })
+        .await
+        .map_err(join_failed)?
+    }
 }
 
 #[tonic::async_trait]
@@ -57,20 +90,30 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         request: Request<Streaming<OpenRequest>>,
     ) -> Result<Response<OpenResponse>, Status> {
         self.sessions.check_room(self.config.max_sessions)?;
-        let mut stream = request.into_inner();
-        let received =
-            receive_open(&mut stream, &self.info, self.config.max_snapshot_bytes).await?;
-        let engine = self.engine.clone();
-        let info = self.info.clone();
-        let session = tokio::task::spawn_blocking(move || {
-            let open = session_to_open(received, &info, engine.device())?;
-            engine.open(open).map_err(status_of)
-        })
-        .await
-        .map_err(join_failed)??;
+        let _opening = self.opening.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "max_concurrent_opens: the drafter already opens {} sessions",
+                self.config.max_concurrent_opens
+            ))
+        })?;
+        let timeout = self.config.open_timeout;
+        let opened = tokio::time::timeout(timeout, self.open_session(request.into_inner())).await;
+        let (session, tokens) = opened.map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "open: the session was not ready within {} s (--open-timeout-secs)",
+                timeout.as_secs()
+            ))
+        })??;
         // Inserted only here: a client gone during the engine work leaves nothing behind.
-        let session_id = self.sessions.insert(session, self.config.max_sessions)?;
-        Ok(Response::new(OpenResponse { session_id }))
+        let session_id = self.sessions.insert(
+            session,
+            self.config.max_sessions,
+            tokens,
+            self.config.max_kv_tokens,
+        )?;
+        Ok(Response::new(OpenResponse {
+            session_id: session_id.to_string(),
+        }))
     }
 
     async fn draft(
@@ -81,7 +124,11 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         let request = request.into_inner();
         record::wire_bytes("draft", Direction::Received, request.encoded_len());
         check_request(&request, &self.info)?;
-        let entry = self.sessions.get(request.session_id)?;
+        let entry = self.sessions.get(&request.session_id)?;
+        // The session's committed tokens, then the drafts of this round.
+        let tokens = request.position as usize + 1 + request.count as usize;
+        self.sessions
+            .hold(&request.session_id, tokens, self.config.max_kv_tokens)?;
         let engine = self.engine.clone();
         let info = self.info.clone();
         let (round, count, predraft) = (request.round, request.count as usize, request.predraft);
@@ -113,7 +160,8 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         &self,
         request: Request<CloseRequest>,
     ) -> Result<Response<CloseResponse>, Status> {
-        let closed = self.sessions.remove(request.into_inner().session_id);
+        let id = WireId::parse("session_id", &request.into_inner().session_id)?;
+        let closed = self.sessions.remove(id);
         Ok(Response::new(CloseResponse { closed }))
     }
 

@@ -1,10 +1,10 @@
 //! Open sessions and their round bookkeeping.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use specd_wire::ids::WireId;
 use tonic::Status;
 
 use super::status::unknown_session;
@@ -33,8 +33,15 @@ pub(crate) type SharedEntry<S> = Arc<Mutex<SessionEntry<S>>>;
 
 /// Every open session of one server.
 pub(crate) struct Sessions<S> {
-    table: Mutex<HashMap<u64, SharedEntry<S>>>,
-    next_id: AtomicU64,
+    table: Mutex<HashMap<WireId, SharedEntry<S>>>,
+    /// K/V positions each session holds, and their sum, against the budget.
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    by_session: HashMap<WireId, usize>,
+    total: usize,
 }
 
 /// Locks session state; a panic mid-round leaves the round unanswered, which a retry redoes,
@@ -47,7 +54,7 @@ impl<S> Sessions<S> {
     pub fn new() -> Self {
         Self {
             table: Mutex::default(),
-            next_id: AtomicU64::new(1),
+            held: Mutex::default(),
         }
     }
 
@@ -55,13 +62,21 @@ impl<S> Sessions<S> {
         lock(&self.table).len()
     }
 
-    /// Adds a session unless `max` are open already; returns its id.
-    pub fn insert(&self, session: S, max: usize) -> Result<u64, Status> {
+    /// Adds a session holding `tokens` K/V positions unless `max` are open already or the
+    /// positions do not fit `budget`; returns its id.
+    pub fn insert(
+        &self,
+        session: S,
+        max: usize,
+        tokens: usize,
+        budget: Option<usize>,
+    ) -> Result<WireId, Status> {
         let mut table = lock(&self.table);
         if table.len() >= max {
             return Err(full(max));
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = WireId::random();
+        self.hold_id(id, tokens, budget)?;
         let entry = SessionEntry {
             session,
             applied_round: 0,
@@ -81,14 +96,50 @@ impl<S> Sessions<S> {
         Ok(())
     }
 
-    pub fn get(&self, id: u64) -> Result<SharedEntry<S>, Status> {
+    /// The session `session_id` names: INVALID_ARGUMENT when it is no id, NOT_FOUND when
+    /// no such session is open.
+    pub fn get(&self, session_id: &str) -> Result<SharedEntry<S>, Status> {
+        let id = WireId::parse("session_id", session_id)?;
         lock(&self.table)
             .get(&id)
             .cloned()
-            .ok_or_else(|| unknown_session(id))
+            .ok_or_else(|| unknown_session(session_id))
     }
 
-    pub fn remove(&self, id: u64) -> bool {
+    /// Records that the session `session_id` now holds `tokens` K/V positions:
+    /// RESOURCE_EXHAUSTED (and nothing changes) if that does not fit `budget`.
+    pub fn hold(
+        &self,
+        session_id: &str,
+        tokens: usize,
+        budget: Option<usize>,
+    ) -> Result<(), Status> {
+        self.hold_id(WireId::parse("session_id", session_id)?, tokens, budget)
+    }
+
+    fn hold_id(&self, id: WireId, tokens: usize, budget: Option<usize>) -> Result<(), Status> {
+        let mut held = lock(&self.held);
+        let before = held.by_session.get(&id).copied().unwrap_or(0);
+        let total = held.total - before + tokens;
+        if let Some(budget) = budget.filter(|&budget| total > budget && tokens > before) {
+            return Err(Status::resource_exhausted(format!(
+                "max_kv_tokens: {tokens} positions for this session do not fit the drafter's \
+                 K/V budget of {budget} ({} held by other sessions)",
+                held.total - before
+            )));
+        }
+        held.by_session.insert(id, tokens);
+        held.total = total;
+        Ok(())
+    }
+
+    pub fn remove(&self, id: WireId) -> bool {
+        {
+            let mut held = lock(&self.held);
+            if let Some(tokens) = held.by_session.remove(&id) {
+                held.total -= tokens;
+            }
+        }
         let mut table = lock(&self.table);
         let removed = table.remove(&id).is_some();
         specd_telemetry::record::drafter_sessions(table.len());
@@ -96,8 +147,8 @@ impl<S> Sessions<S> {
     }
 
     /// Sessions not used for `timeout` and not in use right now.
-    pub fn idle(&self, timeout: Duration) -> Vec<u64> {
-        let entries: Vec<(u64, SharedEntry<S>)> = lock(&self.table)
+    pub fn idle(&self, timeout: Duration) -> Vec<WireId> {
+        let entries: Vec<(WireId, SharedEntry<S>)> = lock(&self.table)
             .iter()
             .map(|(id, entry)| (*id, entry.clone()))
             .collect();

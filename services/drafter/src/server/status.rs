@@ -13,7 +13,7 @@ pub(crate) fn status_of(error: EngineError) -> Status {
     }
 }
 
-pub(crate) fn unknown_session(session_id: u64) -> Status {
+pub(crate) fn unknown_session(session_id: &str) -> Status {
     Status::not_found(format!(
         "session_id: unknown session {session_id} (never opened, closed or expired)"
     ))

@@ -5,9 +5,9 @@ use tonic::Code;
 
 use crate::support::*;
 
-fn token_draft(session_id: u64, round: u64, position: u32, committed: &[u32]) -> DraftRequest {
+fn token_draft(session_id: &str, round: u64, position: u32, committed: &[u32]) -> DraftRequest {
     DraftRequest {
-        session_id,
+        session_id: session_id.to_owned(),
         round,
         bonus: 5,
         position,
@@ -35,25 +35,25 @@ async fn context_and_committed_tokens_track_the_length() {
         .unwrap()
         .into_inner()
         .session_id;
-    let drafts = draft(&mut client, token_draft(session, 1, 3, &[]))
+    let drafts = draft(&mut client, token_draft(&session, 1, 3, &[]))
         .await
         .unwrap();
     assert_eq!(drafts.len(), 4);
-    draft(&mut client, token_draft(session, 2, 5, &[5, 8]))
+    draft(&mut client, token_draft(&session, 2, 5, &[5, 8]))
         .await
         .unwrap();
-    let err = draft(&mut client, token_draft(session, 3, 5, &[1]))
+    let err = draft(&mut client, token_draft(&session, 3, 5, &[1]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
-    let err = draft(&mut client, token_draft(session, 3, 6, &[300]))
+    let err = draft(&mut client, token_draft(&session, 3, 6, &[300]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     assert!(err.message().contains("carry.tokens.committed[0]"), "{err}");
 
     // An MTP carry or a snapshot does not fit this drafter.
-    let err = draft(&mut client, mtp_draft(session, 3, 6, 2, None))
+    let err = draft(&mut client, mtp_draft(&session, 3, 6, 2, None))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");

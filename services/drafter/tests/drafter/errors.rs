@@ -21,39 +21,43 @@ async fn bad_drafts_are_refused_naming_the_field() {
     let session = open_mtp(&mut client, 10).await.unwrap();
 
     expect(
-        draft(&mut client, mtp_draft(session + 50, 1, 9, 2, None)).await,
+        draft(
+            &mut client,
+            mtp_draft("0123456789abcdef0123456789abcdef", 1, 9, 2, None),
+        )
+        .await,
         Code::NotFound,
         "session_id",
     );
     expect(
-        draft(&mut client, mtp_draft(session, 1, 9, 0, None)).await,
+        draft(&mut client, mtp_draft(&session, 1, 9, 0, None)).await,
         Code::InvalidArgument,
         "count",
     );
     expect(
         draft(
             &mut client,
-            mtp_draft(session, 1, 9, MAX_DRAFTS as u32 + 1, None),
+            mtp_draft(&session, 1, 9, MAX_DRAFTS as u32 + 1, None),
         )
         .await,
         Code::InvalidArgument,
         "count",
     );
-    let mut bad_bonus = mtp_draft(session, 1, 9, 2, None);
+    let mut bad_bonus = mtp_draft(&session, 1, 9, 2, None);
     bad_bonus.bonus = VOCAB as u32;
     expect(
         draft(&mut client, bad_bonus).await,
         Code::InvalidArgument,
         "bonus",
     );
-    let mut no_carry = mtp_draft(session, 1, 9, 2, None);
+    let mut no_carry = mtp_draft(&session, 1, 9, 2, None);
     no_carry.carry = None;
     expect(
         draft(&mut client, no_carry).await,
         Code::InvalidArgument,
         "carry",
     );
-    let mut no_hidden = mtp_draft(session, 1, 9, 2, None);
+    let mut no_hidden = mtp_draft(&session, 1, 9, 2, None);
     no_hidden.carry = Some(draft_request::Carry::Mtp(MtpCarry {
         hidden: None,
         delta: None,
@@ -66,7 +70,7 @@ async fn bad_drafts_are_refused_naming_the_field() {
     let flat =
         candle_core::Tensor::zeros((1, 64), candle_core::DType::F32, &candle_core::Device::Cpu)
             .unwrap();
-    let mut wrong_shape = mtp_draft(session, 1, 9, 2, None);
+    let mut wrong_shape = mtp_draft(&session, 1, 9, 2, None);
     wrong_shape.carry = Some(draft_request::Carry::Mtp(MtpCarry {
         hidden: Some(encode(&flat, "hidden").unwrap()),
         delta: None,
@@ -79,12 +83,12 @@ async fn bad_drafts_are_refused_naming_the_field() {
     let mut truncated = delta(10, 12, 0);
     truncated.full_k.as_mut().unwrap().data = truncated.full_k.as_ref().unwrap().data.slice(..8);
     expect(
-        draft(&mut client, mtp_draft(session, 1, 11, 2, Some(truncated))).await,
+        draft(&mut client, mtp_draft(&session, 1, 11, 2, Some(truncated))).await,
         Code::InvalidArgument,
         "carry.mtp.delta.full_k",
     );
     // After all that, the session is still at round 0 and works.
-    draft(&mut client, mtp_draft(session, 1, 9, 2, None))
+    draft(&mut client, mtp_draft(&session, 1, 9, 2, None))
         .await
         .unwrap();
 }

@@ -19,11 +19,10 @@ async fn close_is_idempotent_and_frees_the_session() {
     assert_eq!(live_sessions(&mut client).await, 1);
     let close = |client: &mut specd_wire::drafter::DrafterClient<_>| {
         let mut client = client.clone();
+        let session_id = session.clone();
         async move {
             client
-                .close(CloseRequest {
-                    session_id: session,
-                })
+                .close(CloseRequest { session_id })
                 .await
                 .unwrap()
                 .into_inner()
@@ -32,7 +31,7 @@ async fn close_is_idempotent_and_frees_the_session() {
     };
     assert!(close(&mut client).await);
     assert!(!close(&mut client).await);
-    let err = draft(&mut client, mtp_draft(session, 1, 7, 1, None))
+    let err = draft(&mut client, mtp_draft(&session, 1, 7, 1, None))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err}");

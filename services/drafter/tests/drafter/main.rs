@@ -7,6 +7,7 @@ mod support;
 mod draft_model;
 mod errors;
 mod lifecycle;
+mod limits;
 mod mirror;
 mod mtp_engine;
 mod mtp_rounds;

@@ -61,7 +61,7 @@ async fn start_mtp_drafter() -> (DrafterClient<Channel>, oneshot::Sender<()>) {
 }
 
 fn draft_request(
-    session_id: u64,
+    session_id: &str,
     round: u64,
     bonus: u32,
     position: usize,
@@ -69,7 +69,7 @@ fn draft_request(
     delta: Option<specd_wire::KvDelta>,
 ) -> DraftRequest {
     DraftRequest {
-        session_id,
+        session_id: session_id.to_owned(),
         round,
         bonus,
         position: position as u32,
@@ -128,7 +128,7 @@ async fn served_drafts_equal_direct_assistant_drafts() {
     let direct = assistant.draft_greedy(&mirror, bonus, &hidden, 4).unwrap();
     let served = draft(
         &mut client,
-        draft_request(session, 1, bonus, len - 1, &hidden, None),
+        draft_request(&session, 1, bonus, len - 1, &hidden, None),
     )
     .await
     .unwrap();
@@ -153,7 +153,7 @@ async fn served_drafts_equal_direct_assistant_drafts() {
     .unwrap();
     let served = draft(
         &mut client,
-        draft_request(session, 2, next_bonus, len, &next_hidden, Some(delta)),
+        draft_request(&session, 2, next_bonus, len, &next_hidden, Some(delta)),
     )
     .await
     .unwrap();

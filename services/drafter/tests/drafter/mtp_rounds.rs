@@ -11,13 +11,13 @@ async fn rounds_apply_each_carry_once_and_retries_replay() {
     let mut client = server.client().await;
     let session = open_mtp(&mut client, 10).await.unwrap();
 
-    let first = draft(&mut client, mtp_draft(session, 1, 9, 3, None))
+    let first = draft(&mut client, mtp_draft(&session, 1, 9, 3, None))
         .await
         .unwrap();
     assert_eq!(first.len(), 3);
     assert!(first.iter().all(|&t| (t as usize) < VOCAB));
     assert_eq!(
-        draft(&mut client, mtp_draft(session, 1, 9, 3, None))
+        draft(&mut client, mtp_draft(&session, 1, 9, 3, None))
             .await
             .unwrap(),
         first,
@@ -25,18 +25,18 @@ async fn rounds_apply_each_carry_once_and_retries_replay() {
     );
 
     // Round 2 commits positions 10..12 and evicts two sliding rows.
-    let round2 = mtp_draft(session, 2, 11, MAX_DRAFTS as u32, Some(delta(10, 12, 2)));
+    let round2 = mtp_draft(&session, 2, 11, MAX_DRAFTS as u32, Some(delta(10, 12, 2)));
     let second = draft(&mut client, round2.clone()).await.unwrap();
     assert_eq!(second.len(), MAX_DRAFTS);
     // The retry must not apply the delta again: round 3 continues at 12.
     assert_eq!(draft(&mut client, round2).await.unwrap(), second);
-    let third = mtp_draft(session, 3, 12, 1, Some(delta(12, 13, 1)));
+    let third = mtp_draft(&session, 3, 12, 1, Some(delta(12, 13, 1)));
     assert_eq!(draft(&mut client, third).await.unwrap().len(), 1);
 
     // Sessions are independent and draft different streams.
     let other = open_mtp(&mut client, 10).await.unwrap();
     assert_ne!(other, session);
-    let other_drafts = draft(&mut client, mtp_draft(other, 1, 9, 3, None))
+    let other_drafts = draft(&mut client, mtp_draft(&other, 1, 9, 3, None))
         .await
         .unwrap();
     assert_ne!(other_drafts, first);
@@ -59,12 +59,12 @@ async fn out_of_line_rounds_are_failed_preconditions() {
     let session = open_mtp(&mut client, 10).await.unwrap();
     let cases = [
         // Round 2 before round 1.
-        (mtp_draft(session, 2, 9, 2, None), "round"),
+        (mtp_draft(&session, 2, 9, 2, None), "round"),
         // The query position disagrees with the snapshot.
-        (mtp_draft(session, 1, 8, 2, None), "position"),
+        (mtp_draft(&session, 1, 8, 2, None), "position"),
         // A delta that does not start where the snapshot ends.
         (
-            mtp_draft(session, 1, 11, 2, Some(delta(11, 12, 0))),
+            mtp_draft(&session, 1, 11, 2, Some(delta(11, 12, 0))),
             "start_position",
         ),
     ];
@@ -74,11 +74,11 @@ async fn out_of_line_rounds_are_failed_preconditions() {
         assert!(err.message().contains(field), "{field}: {err}");
     }
     // None of them changed the session.
-    draft(&mut client, mtp_draft(session, 1, 9, 2, None))
+    draft(&mut client, mtp_draft(&session, 1, 9, 2, None))
         .await
         .unwrap();
     // A retry that changes the request is refused.
-    let mut changed = mtp_draft(session, 1, 9, 2, None);
+    let mut changed = mtp_draft(&session, 1, 9, 2, None);
     changed.bonus = 8;
     let err = draft(&mut client, changed).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");

@@ -134,7 +134,7 @@ pub fn open_messages(header: OpenHeader, snapshot: Option<&KvSnapshot>) -> Vec<O
     messages
 }
 
-pub async fn open_mtp(client: &mut DrafterClient<Channel>, len: usize) -> Result<u64, Status> {
+pub async fn open_mtp(client: &mut DrafterClient<Channel>, len: usize) -> Result<String, Status> {
     let snapshot = snapshot(len, len.saturating_sub(5));
     let header = OpenHeader {
         sampling: sampling(),
@@ -150,14 +150,14 @@ pub async fn open_mtp(client: &mut DrafterClient<Channel>, len: usize) -> Result
 }
 
 pub fn mtp_draft(
-    session_id: u64,
+    session_id: &str,
     round: u64,
     position: usize,
     count: u32,
     delta: Option<KvDelta>,
 ) -> DraftRequest {
     DraftRequest {
-        session_id,
+        session_id: session_id.to_owned(),
         round,
         bonus: 7,
         position: position as u32,

@@ -16,6 +16,7 @@ use tonic::Status;
 use super::error::ApiError;
 use super::request::Completion;
 use super::response::{Answer, Api, Ending};
+use crate::auth::KeyGrant;
 use crate::service::GenerationService;
 
 /// Events buffered per stream before the relay waits for the client.
@@ -26,8 +27,11 @@ pub async fn run(
     api: Api,
     model: String,
     completion: Completion,
+    grant: Option<KeyGrant>,
 ) -> Result<Response, ApiError> {
-    let mut messages = service.start_stream(completion.request, None)?;
+    let mut messages = service
+        .start_stream(completion.request, None, grant)
+        .await?;
     let answer = Answer::new(api, response_id(api), model);
     if completion.stream {
         return Ok(stream(answer, messages, completion.include_usage).into_response());

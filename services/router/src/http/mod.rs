@@ -6,6 +6,7 @@ mod completion;
 mod error;
 mod request;
 mod response;
+mod tls_listener;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tracing::Instrument;
 pub use error::ApiError;
 use response::Api;
 
+use crate::auth::KeyGrant;
 use crate::service::GenerationService;
 
 /// What the handlers share.
@@ -48,6 +50,10 @@ pub async fn serve_http(
             "" => "specd".to_owned(),
             name => name.to_owned(),
         });
+    let tls = match &service.config().serving.tls {
+        Some(tls) => Some(tls.http().map_err(std::io::Error::other)?),
+        None => None,
+    };
     let state = Arc::new(HttpState { service, model });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -59,9 +65,18 @@ pub async fn serve_http(
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    match tls {
+        Some(config) => {
+            axum::serve(tls_listener::TlsListener::new(listener, config)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 async fn chat_completions(
@@ -74,7 +89,9 @@ async fn chat_completions(
         "/v1/chat/completions",
         &headers,
     );
-    respond(&state, Api::Chat, body).instrument(span).await
+    respond(&state, Api::Chat, &headers, body)
+        .instrument(span)
+        .await
 }
 
 async fn completions(
@@ -84,11 +101,27 @@ async fn completions(
 ) -> Response {
     let span =
         specd_telemetry::propagation::http_server_span(&Method::POST, "/v1/completions", &headers);
-    respond(&state, Api::Text, body).instrument(span).await
+    respond(&state, Api::Text, &headers, body)
+        .instrument(span)
+        .await
 }
 
-async fn respond(state: &HttpState, api: Api, body: Result<Bytes, BytesRejection>) -> Response {
+/// The caller's API key, when the router has keys: a 401 error without a known one.
+fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<Option<KeyGrant>, ApiError> {
+    let authorization = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .map(|value| value.to_str().unwrap_or_default());
+    Ok(state.service.authorize(authorization)?)
+}
+
+async fn respond(
+    state: &HttpState,
+    api: Api,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let result = async {
+        let grant = authorize(state, headers)?;
         let body =
             body.map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
         let value = request::parse_body(&body)?;
@@ -104,7 +137,7 @@ async fn respond(state: &HttpState, api: Api, body: Result<Bytes, BytesRejection
                 )));
             }
         }
-        completion::run(&state.service, api, state.model.clone(), completion).await
+        completion::run(&state.service, api, state.model.clone(), completion, grant).await
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
@@ -123,14 +156,24 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-async fn models(State(state): State<Arc<HttpState>>) -> Response {
+async fn models(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    if let Err(error) = authorize(&state, &headers) {
+        return error.into_response();
+    }
     json_response(
         StatusCode::OK,
         &json!({"object": "list", "data": [model_card(&state.model)]}),
     )
 }
 
-async fn model_by_id(State(state): State<Arc<HttpState>>, Path(id): Path<String>) -> Response {
+async fn model_by_id(
+    State(state): State<Arc<HttpState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(error) = authorize(&state, &headers) {
+        return error.into_response();
+    }
     if id == state.model {
         json_response(StatusCode::OK, &model_card(&state.model))
     } else {

@@ -7,6 +7,7 @@ mod cancellation;
 mod errors;
 mod fallback;
 mod health;
+mod limits;
 mod lossless;
 mod openai;
 mod openai_client;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use specd_wire::limits::MessageLimits;
+use specd_wire::serving::ServeOptions;
 
 use crate::batch::BatchConfig;
 
@@ -18,6 +19,8 @@ pub struct VerifierServerConfig {
     pub model_name: String,
     /// How verify rounds of different sequences share forwards.
     pub batch: BatchConfig,
+    /// TLS, reflection and HTTP/2 limits of the listener.
+    pub serving: ServeOptions,
 }
 
 impl Default for VerifierServerConfig {
@@ -27,6 +30,7 @@ impl Default for VerifierServerConfig {
             idle_timeout: Some(Duration::from_secs(600)),
             model_name: String::new(),
             batch: BatchConfig::default(),
+            serving: ServeOptions::default(),
         }
     }
 }

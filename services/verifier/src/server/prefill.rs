@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specd_core::{PrefillRequest as CorePrefill, SeqId};
+use specd_wire::ids::WireId;
 use specd_wire::kv::snapshot_chunks;
 use specd_wire::verifier::{prefill_response, PrefillHead, PrefillRequest, PrefillResponse};
 use tokio::sync::mpsc;
@@ -125,10 +126,12 @@ fn finish_prefill<T: TargetModel>(
     committed_len: u32,
     chunk_bytes: usize,
 ) -> Result<Vec<PrefillResponse>, Status> {
-    let built = prefill_messages(seq, prefilled, committed_len, with_mtp_state, chunk_bytes);
+    let id = WireId::random();
+    let built = prefill_messages(id, prefilled, committed_len, with_mtp_state, chunk_bytes);
     match built {
         Ok((messages, sliding_start)) => {
             sequences.insert(
+                id,
                 seq,
                 SeqWire {
                     with_mtp_state,
@@ -149,7 +152,7 @@ fn finish_prefill<T: TargetModel>(
 }
 
 fn prefill_messages(
-    seq: SeqId,
+    id: WireId,
     prefilled: specd_core::Prefilled<crate::TargetCarry>,
     committed_len: u32,
     with_mtp_state: bool,
@@ -160,7 +163,7 @@ fn prefill_messages(
         (_, carry) => carry,
     };
     let mut head = PrefillHead {
-        seq_id: seq.0,
+        seq_id: id.to_string(),
         first_token: prefilled.first_token,
         committed_len,
         hidden: None,

@@ -2,7 +2,6 @@
 
 use std::time::Instant;
 
-use specd_core::SeqId;
 use specd_wire::kv::snapshot_chunks;
 use specd_wire::SnapshotChunk;
 use tonic::Status;
@@ -15,14 +14,11 @@ use crate::target::TargetModel;
 impl<T: TargetModel> Sequences<T> {
     /// The shared-K/V snapshot at the current committed length, chunked. A drafter opened
     /// from it starts a fresh mirror, so later deltas evict relative to it. Blocking.
-    pub fn snapshot(&self, seq_id: u64, chunk_bytes: usize) -> Result<Vec<SnapshotChunk>, Status> {
+    pub fn snapshot(&self, seq_id: &str, chunk_bytes: usize) -> Result<Vec<SnapshotChunk>, Status> {
         let entry = self.entry(seq_id)?;
-        let mut state = lock(&entry);
+        let mut state = lock(&entry.state);
         state.last_used = Instant::now();
-        let (len, shared) = self
-            .local()
-            .shared_kv_sync(SeqId(seq_id))
-            .map_err(status_of)?;
+        let (len, shared) = self.local().shared_kv_sync(entry.seq).map_err(status_of)?;
         let shared = shared.ok_or_else(|| {
             Status::failed_precondition("seq_id: this target exports no shared K/V")
         })?;
@@ -34,9 +30,9 @@ impl<T: TargetModel> Sequences<T> {
 
     /// Rolls the sequence back to `committed_len` tokens. The last round can no longer be
     /// replayed afterwards. Blocking.
-    pub fn truncate(&self, seq_id: u64, committed_len: u32) -> Result<u32, Status> {
+    pub fn truncate(&self, seq_id: &str, committed_len: u32) -> Result<u32, Status> {
         let entry = self.entry(seq_id)?;
-        let mut state = lock(&entry);
+        let mut state = lock(&entry.state);
         state.last_used = Instant::now();
         if committed_len == 0 || committed_len > state.committed_len {
             return Err(Status::out_of_range(format!(
@@ -45,7 +41,7 @@ impl<T: TargetModel> Sequences<T> {
             )));
         }
         self.local()
-            .truncate_sync(SeqId(seq_id), committed_len as usize)
+            .truncate_sync(entry.seq, committed_len as usize)
             .map_err(|error| match error {
                 crate::VerifierError::Model(model) => {
                     Status::failed_precondition(format!("committed_len: {model}"))

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use specd_core::SeqId;
+use specd_wire::ids::WireId;
 use specd_wire::verifier::VerifyResponse;
 use tonic::Status;
 
@@ -36,10 +37,18 @@ pub(crate) struct SeqWire {
     pub last_used: Instant,
 }
 
-/// Every live sequence of one server.
+/// A live sequence: the model's id for its cache, and its protocol state.
+#[derive(Clone)]
+pub(crate) struct SeqEntry {
+    pub seq: SeqId,
+    pub state: Arc<Mutex<SeqWire>>,
+}
+
+/// Every live sequence of one server, by the random id its client holds (the model's own
+/// ids are counters, never shown to clients).
 pub(crate) struct Sequences<T: TargetModel> {
     batch: Arc<BatchVerifier<T>>,
-    table: Mutex<HashMap<u64, Arc<Mutex<SeqWire>>>>,
+    table: Mutex<HashMap<WireId, SeqEntry>>,
     next_id: AtomicU64,
 }
 
@@ -71,43 +80,62 @@ impl<T: TargetModel> Sequences<T> {
         self.batch.clone()
     }
 
-    /// A fresh sequence id, never reused by this process.
+    /// A fresh model id for a new sequence, never reused by this process.
     pub fn allocate(&self) -> SeqId {
         SeqId(self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    pub fn insert(&self, seq: SeqId, state: SeqWire) {
-        lock(&self.table).insert(seq.0, Arc::new(Mutex::new(state)));
+    /// Makes `seq` live under `id`, the id its client will hold.
+    pub fn insert(&self, id: WireId, seq: SeqId, state: SeqWire) {
+        let state = Arc::new(Mutex::new(state));
+        lock(&self.table).insert(id, SeqEntry { seq, state });
     }
 
-    /// The protocol state of `seq_id`, or NOT_FOUND naming the field.
-    pub fn entry(&self, seq_id: u64) -> Result<Arc<Mutex<SeqWire>>, Status> {
+    /// The sequence `seq_id` names: INVALID_ARGUMENT when it is no id, NOT_FOUND when no
+    /// such sequence is live.
+    pub fn entry(&self, seq_id: &str) -> Result<SeqEntry, Status> {
+        let id = WireId::parse("seq_id", seq_id)?;
         lock(&self.table)
-            .get(&seq_id)
+            .get(&id)
             .cloned()
             .ok_or_else(|| unknown_sequence(seq_id))
     }
 
+    /// Frees the sequence `seq_id` names; false when it was not live.
+    pub fn release_id(&self, seq_id: &str) -> Result<bool, Status> {
+        let id = WireId::parse("seq_id", seq_id)?;
+        let entry = lock(&self.table).remove(&id);
+        Ok(match entry {
+            Some(entry) => {
+                self.batch.release_sync(entry.seq);
+                true
+            }
+            None => false,
+        })
+    }
+
     /// Frees the sequence's cache and state; false when neither was held.
     pub fn release(&self, seq: SeqId) -> bool {
-        let had_state = lock(&self.table).remove(&seq.0).is_some();
+        let had_state = {
+            let mut table = lock(&self.table);
+            let before = table.len();
+            table.retain(|_, entry| entry.seq != seq);
+            table.len() < before
+        };
         let had_cache = self.batch.release_sync(seq);
         had_state || had_cache
     }
 
     /// Sequences not used for `timeout` and not in use right now.
     pub fn idle(&self, timeout: Duration) -> Vec<SeqId> {
-        let entries: Vec<(u64, Arc<Mutex<SeqWire>>)> = lock(&self.table)
-            .iter()
-            .map(|(id, state)| (*id, state.clone()))
-            .collect();
+        let entries: Vec<SeqEntry> = lock(&self.table).values().cloned().collect();
         entries
             .into_iter()
-            .filter(|(_, state)| match state.try_lock() {
+            .filter(|entry| match entry.state.try_lock() {
                 Ok(state) => state.last_used.elapsed() >= timeout,
                 Err(_) => false,
             })
-            .map(|(id, _)| SeqId(id))
+            .map(|entry| entry.seq)
             .collect()
     }
 }

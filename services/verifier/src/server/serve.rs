@@ -29,6 +29,7 @@ pub async fn serve<T: TargetModel>(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let limits = service.config().limits;
+    let options = service.config().serving.clone();
     if let Some(timeout) = service.config().idle_timeout {
         tokio::spawn(expire_idle(Arc::downgrade(service.sequences()), timeout));
     }
@@ -51,6 +52,7 @@ pub async fn serve<T: TargetModel>(
     };
     serve_draining(
         SpecdService::Verifier,
+        &options,
         verifier,
         incoming,
         // One server span per call, continuing the caller's trace.

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use specd_core::SeqId;
 use specd_wire::verifier::{
     PrefillRequest, ReleaseRequest, ReleaseResponse, SnapshotRequest, TruncateRequest,
     TruncateResponse, Verifier, VerifierStatsRequest, VerifierStatsResponse, VerifyRequest,
@@ -110,7 +109,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
         let request = request.into_inner();
         let chunk_bytes = self.config.limits.chunk_bytes_for(request.max_chunk_bytes);
         let chunks = self
-            .blocking(move |sequences| sequences.snapshot(request.seq_id, chunk_bytes))
+            .blocking(move |sequences| sequences.snapshot(&request.seq_id, chunk_bytes))
             .await?;
         let messages: Vec<_> = chunks.into_iter().map(Ok).collect();
         Ok(Response::new(tokio_stream::iter(messages)))
@@ -122,7 +121,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
     ) -> Result<Response<TruncateResponse>, Status> {
         let request = request.into_inner();
         let committed_len = self
-            .blocking(move |sequences| sequences.truncate(request.seq_id, request.committed_len))
+            .blocking(move |sequences| sequences.truncate(&request.seq_id, request.committed_len))
             .await?;
         Ok(Response::new(TruncateResponse { committed_len }))
     }
@@ -133,7 +132,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
     ) -> Result<Response<ReleaseResponse>, Status> {
         // Only table entries are removed; a round in flight finishes on its own copy of the
         // handle and frees the cache when it ends.
-        let released = self.sequences.release(SeqId(request.into_inner().seq_id));
+        let released = self.sequences.release_id(&request.into_inner().seq_id)?;
         Ok(Response::new(ReleaseResponse { released }))
     }
 

@@ -22,7 +22,7 @@ pub(crate) fn status_of(error: VerifierError) -> Status {
 }
 
 /// NOT_FOUND for a sequence id the server does not hold.
-pub(crate) fn unknown_sequence(seq_id: u64) -> Status {
+pub(crate) fn unknown_sequence(seq_id: &str) -> Status {
     Status::not_found(format!(
         "seq_id: unknown sequence {seq_id} (never created, released or expired)"
     ))

@@ -2,12 +2,12 @@
 
 use std::time::Instant;
 
-use specd_core::{SeqId, VerifyRequest as CoreVerify};
+use specd_core::VerifyRequest as CoreVerify;
 use specd_wire::verifier::{ForwardStats, VerifyRequest, VerifyResponse};
 use tonic::Status;
 
 use super::convert::{delta_of, hidden_to_wire, position};
-use super::sequences::{lock, Replay, SeqWire, Sequences};
+use super::sequences::{lock, Replay, SeqEntry, SeqWire, Sequences};
 use super::status::status_of;
 use crate::carry::TargetCarry;
 use crate::target::TargetModel;
@@ -17,7 +17,7 @@ impl<T: TargetModel> Sequences<T> {
     /// protocol state is not locked while the round waits for its forward; a concurrent retry
     /// of the same round gets the answer the verifier stored for it, so both agree.
     pub async fn verify(&self, request: VerifyRequest) -> Result<VerifyResponse, Status> {
-        let entry = self.entry(request.seq_id)?;
+        let SeqEntry { seq, state: entry } = self.entry(&request.seq_id)?;
         let with_mtp_state = {
             let mut state = lock(&entry);
             state.last_used = Instant::now();
@@ -35,7 +35,6 @@ impl<T: TargetModel> Sequences<T> {
         if request.budget == 0 {
             return Err(Status::invalid_argument("budget: must be at least 1"));
         }
-        let seq = SeqId(request.seq_id);
         let row = self
             .batch()
             .verify_row(CoreVerify {

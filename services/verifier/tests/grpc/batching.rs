@@ -235,7 +235,7 @@ async fn server_rounds(
     client: &mut VerifierClient<Channel>,
     spec: &Spec,
     reference: &[u32],
-    seq_id: u64,
+    seq_id: String,
     first_token: u32,
     mut committed: u32,
 ) -> Run {
@@ -245,7 +245,7 @@ async fn server_rounds(
     let mut round = 1u64;
     while emitted.len() < spec.max_tokens {
         let tokens = next_block(spec, &mut draws, reference, &emitted);
-        let mut request = verify_request(seq_id, round, &tokens, emitted.len() as u32, committed);
+        let mut request = verify_request(&seq_id, round, &tokens, emitted.len() as u32, committed);
         request.budget = (spec.max_tokens - emitted.len()) as u32;
         let answer = verify(client, request).await.unwrap();
         committed = answer.committed_len;
@@ -258,7 +258,7 @@ async fn server_rounds(
         let keep = (spec.prompt.len() + spec.max_tokens - 1) as u32;
         client
             .truncate(TruncateRequest {
-                seq_id,
+                seq_id: seq_id.clone(),
                 committed_len: keep.min(committed),
             })
             .await
@@ -442,7 +442,7 @@ async fn the_kv_token_budget_refuses_at_once_and_recovers_after_release() {
 
     client
         .release(ReleaseRequest {
-            seq_id: first.seq_id,
+            seq_id: first.seq_id.clone(),
         })
         .await
         .unwrap();
@@ -450,7 +450,7 @@ async fn the_kv_token_budget_refuses_at_once_and_recovers_after_release() {
     let answer = verify(
         &mut client,
         verify_request(
-            again.seq_id,
+            &again.seq_id,
             1,
             &[again.first_token],
             1,
@@ -519,7 +519,7 @@ async fn a_cancelled_verify_is_dropped_and_the_sequence_stays_consistent() {
     let mut draws = Draws(specs[0].draft_seed);
     let block = next_block(&specs[0], &mut draws, &expected[0].0, &[head.first_token]);
     let mut doomed = connect(server.addr).await;
-    let request = verify_request(head.seq_id, 1, &block, 1, head.committed_len);
+    let request = verify_request(&head.seq_id, 1, &block, 1, head.committed_len);
     let call = tokio::spawn(async move { doomed.verify(request).await });
     let batcher = server.batcher.clone();
     assert!(

@@ -59,7 +59,7 @@ async fn deltas_rebuild_the_verifier_snapshot() {
         let drafts = (round % 5) as usize;
         let mut tokens = vec![bonus];
         tokens.extend((0..drafts).map(|i| ((round * 31 + i as u64 * 7) % 256) as u32));
-        let request = verify_request(head.seq_id, round, &tokens, emitted, committed);
+        let request = verify_request(&head.seq_id, round, &tokens, emitted, committed);
         let answer = verify(&mut client, request).await.unwrap();
         let delta =
             KvDeltaTensors::decode(answer.kv_delta.as_ref().unwrap(), "d", &Device::Cpu).unwrap();
@@ -82,7 +82,7 @@ async fn deltas_rebuild_the_verifier_snapshot() {
     let chunks: Vec<SnapshotChunk> = {
         let mut stream = client
             .snapshot(SnapshotRequest {
-                seq_id: head.seq_id,
+                seq_id: head.seq_id.clone(),
                 max_chunk_bytes: 256,
             })
             .await

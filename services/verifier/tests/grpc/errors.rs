@@ -4,6 +4,8 @@ use specd_wire::verifier::{ReleaseRequest, SnapshotRequest, TruncateRequest};
 use specd_wire::Sampling;
 use tonic::Code;
 
+/// A well-formed sequence id no verifier handed out.
+const UNKNOWN: &str = "0123456789abcdef0123456789abcdef";
 use crate::support::*;
 
 fn expect(result: Result<impl std::fmt::Debug, tonic::Status>, code: Code, field: &str) {
@@ -106,21 +108,21 @@ async fn bad_rounds_are_refused_naming_the_field() {
     let (seq, len) = (head.seq_id, head.committed_len);
     let bonus = head.first_token;
     expect(
-        verify(&mut client, verify_request(seq, 1, &[], 1, len)).await,
+        verify(&mut client, verify_request(&seq, 1, &[], 1, len)).await,
         Code::InvalidArgument,
         "tokens",
     );
     expect(
-        verify(&mut client, verify_request(seq, 1, &[bonus, 999], 1, len)).await,
+        verify(&mut client, verify_request(&seq, 1, &[bonus, 999], 1, len)).await,
         Code::InvalidArgument,
         "tokens[1]",
     );
     expect(
-        verify(&mut client, verify_request(seq, 1, &[bonus; 18], 1, len)).await,
+        verify(&mut client, verify_request(&seq, 1, &[bonus; 18], 1, len)).await,
         Code::OutOfRange,
         "tokens",
     );
-    let mut zero_budget = verify_request(seq, 1, &[bonus], 1, len);
+    let mut zero_budget = verify_request(&seq, 1, &[bonus], 1, len);
     zero_budget.budget = 0;
     expect(
         verify(&mut client, zero_budget).await,
@@ -129,33 +131,35 @@ async fn bad_rounds_are_refused_naming_the_field() {
     );
     // Unknown sequences, on every call that names one.
     expect(
-        verify(&mut client, verify_request(seq + 100, 1, &[bonus], 1, len)).await,
+        verify(&mut client, verify_request(UNKNOWN, 1, &[bonus], 1, len)).await,
         Code::NotFound,
         "seq_id",
     );
     let snapshot = client
         .snapshot(SnapshotRequest {
-            seq_id: seq + 100,
+            seq_id: UNKNOWN.into(),
             max_chunk_bytes: 0,
         })
         .await;
     expect(snapshot.map(|_| ()), Code::NotFound, "seq_id");
     let truncate = client
         .truncate(TruncateRequest {
-            seq_id: seq + 100,
+            seq_id: UNKNOWN.into(),
             committed_len: 3,
         })
         .await;
     expect(truncate, Code::NotFound, "seq_id");
     // Releasing an unknown sequence succeeds and says it was not there.
     let released = client
-        .release(ReleaseRequest { seq_id: seq + 100 })
+        .release(ReleaseRequest {
+            seq_id: UNKNOWN.into(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(!released.released);
     // The failed rounds left the sequence untouched.
-    let answer = verify(&mut client, verify_request(seq, 1, &[bonus], 1, len))
+    let answer = verify(&mut client, verify_request(&seq, 1, &[bonus], 1, len))
         .await
         .unwrap();
     assert_eq!(answer.committed_len, len + 1);

@@ -21,14 +21,14 @@ async fn truncate_rolls_back_and_release_frees() {
     let seq = head.seq_id;
     let first = verify(
         &mut client,
-        verify_request(seq, 1, &[head.first_token], 1, head.committed_len),
+        verify_request(&seq, 1, &[head.first_token], 1, head.committed_len),
     )
     .await
     .unwrap();
     let bonus = first.new_tokens[0];
     let second = verify(
         &mut client,
-        verify_request(seq, 2, &[bonus], 2, first.committed_len),
+        verify_request(&seq, 2, &[bonus], 2, first.committed_len),
     )
     .await
     .unwrap();
@@ -36,7 +36,7 @@ async fn truncate_rolls_back_and_release_frees() {
     // Back to the length after round 1; round 3 then redoes round 2 identically.
     let truncated = client
         .truncate(TruncateRequest {
-            seq_id: seq,
+            seq_id: seq.clone(),
             committed_len: first.committed_len,
         })
         .await
@@ -45,7 +45,7 @@ async fn truncate_rolls_back_and_release_frees() {
     assert_eq!(truncated.committed_len, first.committed_len);
     let redo = verify(
         &mut client,
-        verify_request(seq, 3, &[bonus], 2, first.committed_len),
+        verify_request(&seq, 3, &[bonus], 2, first.committed_len),
     )
     .await
     .unwrap();
@@ -53,7 +53,7 @@ async fn truncate_rolls_back_and_release_frees() {
 
     let err = client
         .truncate(TruncateRequest {
-            seq_id: seq,
+            seq_id: seq.clone(),
             committed_len: redo.committed_len + 1,
         })
         .await
@@ -63,9 +63,10 @@ async fn truncate_rolls_back_and_release_frees() {
 
     let release = |client: &mut VerifierClient<_>| {
         let mut client = client.clone();
+        let seq_id = seq.clone();
         async move {
             client
-                .release(ReleaseRequest { seq_id: seq })
+                .release(ReleaseRequest { seq_id })
                 .await
                 .unwrap()
                 .into_inner()
@@ -76,7 +77,7 @@ async fn truncate_rolls_back_and_release_frees() {
     assert!(!release(&mut client).await, "release is idempotent");
     let err = verify(
         &mut client,
-        verify_request(seq, 4, &[bonus], 3, redo.committed_len),
+        verify_request(&seq, 4, &[bonus], 3, redo.committed_len),
     )
     .await
     .unwrap_err();
@@ -166,7 +167,7 @@ async fn idle_sequences_expire() {
     );
     let err = verify(
         &mut client,
-        verify_request(head.seq_id, 1, &[head.first_token], 1, head.committed_len),
+        verify_request(&head.seq_id, 1, &[head.first_token], 1, head.committed_len),
     )
     .await
     .unwrap_err();

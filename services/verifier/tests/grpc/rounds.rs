@@ -55,7 +55,13 @@ async fn plain_rounds_reproduce_local_decoding() {
     let mut committed = head.committed_len;
     for round in 1..20u64 {
         let bonus = *tokens.last().unwrap();
-        let request = verify_request(head.seq_id, round, &[bonus], tokens.len() as u32, committed);
+        let request = verify_request(
+            &head.seq_id,
+            round,
+            &[bonus],
+            tokens.len() as u32,
+            committed,
+        );
         let answer = verify(&mut client, request).await.unwrap();
         assert_eq!(answer.accepted, 0);
         assert_eq!(answer.committed_len, committed + 1);
@@ -76,7 +82,7 @@ async fn drafts_from_the_target_are_accepted_and_cut_to_the_budget() {
         .unwrap()
         .head;
     // Block [t0, t1, t2, t3] drafts exactly the target's next tokens: all accepted.
-    let request = verify_request(head.seq_id, 1, &expected[..4], 1, head.committed_len);
+    let request = verify_request(&head.seq_id, 1, &expected[..4], 1, head.committed_len);
     let answer = verify(&mut client, request).await.unwrap();
     assert_eq!(answer.accepted, 3);
     assert_eq!(answer.new_tokens, expected[1..5]);
@@ -88,7 +94,7 @@ async fn drafts_from_the_target_are_accepted_and_cut_to_the_budget() {
     // A wrong second draft stops the walk there; the budget cuts what is emitted.
     let bonus = expected[4];
     let mut request = verify_request(
-        head.seq_id,
+        &head.seq_id,
         2,
         &[bonus, expected[5], (expected[6] + 1) % 256, 9],
         5,
@@ -110,7 +116,7 @@ async fn a_retried_round_replays_and_changes_nothing() {
         .unwrap()
         .head;
     let first = verify_request(
-        head.seq_id,
+        &head.seq_id,
         1,
         &[head.first_token, 5, 6],
         1,
@@ -134,17 +140,17 @@ async fn a_retried_round_replays_and_changes_nothing() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.message().contains("tokens"), "{err}");
     let bonus = *answer.new_tokens.last().unwrap();
-    let skipped = verify_request(head.seq_id, 3, &[bonus], 2, answer.committed_len);
+    let skipped = verify_request(&head.seq_id, 3, &[bonus], 2, answer.committed_len);
     let err = verify(&mut client, skipped).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.message().contains("round"), "{err}");
-    let stale = verify_request(head.seq_id, 2, &[bonus], 2, head.committed_len);
+    let stale = verify_request(&head.seq_id, 2, &[bonus], 2, head.committed_len);
     let err = verify(&mut client, stale).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.message().contains("committed_len"), "{err}");
 
     // The sequence is unchanged: the next round continues normally.
-    let next = verify_request(head.seq_id, 2, &[bonus], 2, answer.committed_len);
+    let next = verify_request(&head.seq_id, 2, &[bonus], 2, answer.committed_len);
     let answer2 = verify(&mut client, next).await.unwrap();
     assert_eq!(answer2.committed_len, answer.committed_len + 1);
 }

@@ -172,14 +172,14 @@ pub async fn prefill(
 }
 
 pub fn verify_request(
-    seq_id: u64,
+    seq_id: &str,
     round: u64,
     tokens: &[u32],
     output_index_base: u32,
     committed_len: u32,
 ) -> VerifyRequest {
     VerifyRequest {
-        seq_id,
+        seq_id: seq_id.to_owned(),
         round,
         tokens: tokens.to_vec(),
         budget: 1000,

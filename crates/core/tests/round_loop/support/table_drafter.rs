@@ -28,6 +28,8 @@ pub enum Policy {
     FailOpen,
     /// Oracle, but this round's answer has one token too many.
     TooManyAt(u32),
+    /// Oracle, but this round's last draft is no token of the vocabulary.
+    OutOfVocabularyAt(u32),
     /// Adversarial while the first draft's output index is in `from..to`, oracle otherwise:
     /// a drafter whose acceptance collapses and recovers mid-request.
     AdversarialBetween { from: u64, to: u64 },
@@ -154,6 +156,14 @@ impl TableDrafter {
                 drafts
             }
             Policy::TooManyAt(_) => oracle,
+            Policy::OutOfVocabularyAt(round) if round == request.round => {
+                let mut drafts = oracle;
+                if let Some(last) = drafts.last_mut() {
+                    *last = VOCAB + 5;
+                }
+                drafts
+            }
+            Policy::OutOfVocabularyAt(_) => oracle,
             Policy::Random => (0..request.count).map(random).collect(),
             Policy::Adversarial => oracle.into_iter().map(wrong).collect(),
             Policy::AdversarialBetween { from, to }
