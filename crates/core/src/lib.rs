@@ -18,6 +18,7 @@ pub mod fallback;
 pub mod finish;
 pub mod hybrid;
 pub mod ids;
+pub mod metric_names;
 pub mod ngram;
 #[cfg(test)]
 mod poll_once;
@@ -25,6 +26,7 @@ pub mod round_loop;
 pub mod sampling;
 pub mod stats;
 pub mod stop;
+pub mod sync;
 pub mod verifier;
 
 pub use acceptance::{accept_drafts, accept_with_targets, Accepted};

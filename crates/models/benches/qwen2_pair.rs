@@ -6,7 +6,7 @@
 //! the calling thread (the compute pool's other threads are not counted in it).
 //! `SPECD_BENCH_CANDLE=1` also times both models on candle's kernels (`Backend::Candle`).
 
-#[path = "../tests/qwen2_support/mod.rs"]
+#[path = "../tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;
 
 use std::time::{Duration, Instant};

@@ -7,6 +7,7 @@ mod embedded;
 mod engine;
 mod load;
 mod prompts;
+mod quantile;
 mod report;
 mod servers;
 mod split;

@@ -1,9 +1,10 @@
 //! A drafter engine of the drafter service run in this process for `specd generate`: fed the
 //! verifier's carries directly instead of over gRPC, behind core's [`Drafter`].
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use dashmap::DashMap;
+use specd_core::sync::lock;
 use specd_core::{DraftRequest, Drafter, OpenRequest, SessionId};
 use specd_drafter::{DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource};
 use specd_verifier::TargetCarry;
@@ -25,24 +26,22 @@ pub trait InProcessCarry: DraftEngine {
 
 pub struct EmbeddedDrafter<E: DraftEngine> {
     engine: E,
-    sessions: Mutex<HashMap<SessionId, E::Session>>,
+    /// Each session behind its own lock: sessions draft beside each other, and the table is
+    /// held only to find one.
+    sessions: DashMap<SessionId, Arc<Mutex<E::Session>>>,
 }
 
 impl<E: InProcessCarry> EmbeddedDrafter<E> {
     pub fn new(engine: E) -> Self {
         Self {
             engine,
-            sessions: Mutex::default(),
+            sessions: DashMap::new(),
         }
     }
 
     /// The engine itself (benchmarks time its model directly).
     pub fn engine(&self) -> &E {
         &self.engine
-    }
-
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, E::Session>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn open_now(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
@@ -55,16 +54,20 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         for carry in first {
             self.engine.apply(&mut session, carry)?;
         }
-        self.sessions().insert(request.session, session);
+        self.sessions
+            .insert(request.session, Arc::new(Mutex::new(session)));
         Ok(())
     }
 
     fn draft_now(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
         let carries = self.engine.carries_of(&request)?;
-        let mut sessions = self.sessions();
-        let session = sessions
-            .get_mut(&request.session)
+        let entry = self
+            .sessions
+            .get(&request.session)
+            .map(|entry| entry.value().clone())
             .ok_or_else(|| EngineError::mismatch("session", "not open"))?;
+        let mut session = lock(&entry);
+        let session = &mut *session;
         for carry in carries {
             self.engine.apply(session, carry)?;
         }
@@ -103,11 +106,11 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
     }
 
     async fn close(&self, session: SessionId) -> Result<(), EngineError> {
-        self.sessions().remove(&session);
+        self.sessions.remove(&session);
         Ok(())
     }
 
     fn close_detached(&self, session: SessionId) {
-        self.sessions().remove(&session);
+        self.sessions.remove(&session);
     }
 }

@@ -2,7 +2,8 @@
 //! speculative run, the speed-up over plain decoding, estimated from the target's decode step
 //! measured on the same sequence once generation is over.
 
-use std::sync::{Mutex, PoisonError};
+use specd_core::sync::lock;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,10 +32,7 @@ impl<'a, T: TargetModel> ProbedVerifier<'a, T> {
 
     /// The median plain decode step measured at release, if any.
     pub fn plain_step(&self) -> Option<Duration> {
-        *self
-            .plain_step
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        *lock(&self.plain_step)
     }
 
     fn measure(&self, seq: SeqId) -> Result<Duration, VerifierError> {
@@ -81,12 +79,7 @@ impl<T: TargetModel> Verifier for ProbedVerifier<'_, T> {
     async fn release(&self, seq: SeqId) -> Result<(), VerifierError> {
         if self.probe {
             match self.measure(seq) {
-                Ok(step) => {
-                    *self
-                        .plain_step
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner) = Some(step)
-                }
+                Ok(step) => *lock(&self.plain_step) = Some(step),
                 Err(error) => tracing::warn!(%error, "timing a plain decode step failed"),
             }
         }

@@ -1,9 +1,10 @@
 //! Which requests run: a bound on how many at once, the load cap on their block sizes, and
 //! draining before shutdown.
 
+use specd_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use specd_core::{load_block_cap, RequestControl, SpeculationGovernor};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -15,6 +16,9 @@ pub(crate) struct Admission {
     permits: Arc<Semaphore>,
     capacity: usize,
     draining: AtomicBool,
+    /// One lock, not a concurrent map: every admit and leave sets every running request's
+    /// block cap from the count, and two of them interleaving would leave caps of a stale
+    /// count behind.
     running: Mutex<HashMap<u64, RequestControl>>,
     next_id: AtomicU64,
     active: watch::Sender<usize>,
@@ -112,7 +116,7 @@ impl Admission {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, RequestControl>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.running)
     }
 
     fn rebalance(&self, running: &HashMap<u64, RequestControl>) {

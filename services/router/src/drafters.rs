@@ -1,8 +1,9 @@
 //! Where a request's drafts come from: nowhere, the in-process n-gram drafter, a pool of
 //! drafter services, or that pool behind the n-gram lookup (hybrid).
 
+use specd_core::sync::{lock, read, write};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use specd_core::{NgramConfig, NgramDrafter};
@@ -218,10 +219,7 @@ impl DrafterPool {
     }
 
     fn endpoints(&self) -> Vec<Arc<DrafterEndpoint>> {
-        self.endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.endpoints).clone()
     }
 
     /// The least loaded usable drafter of `kind` (any kind when `None`), other than those
@@ -256,7 +254,7 @@ impl DrafterPool {
             }
             usable.push((endpoint, info));
         }
-        let _choosing = self.choosing.lock().unwrap_or_else(PoisonError::into_inner);
+        let _choosing = lock(&self.choosing);
         let (endpoint, info) = usable
             .into_iter()
             .min_by_key(|(e, _)| e.open_sessions.load(Ordering::Relaxed))?;
@@ -268,19 +266,13 @@ impl DrafterPool {
     /// afterwards (it may come back as a different drafter).
     pub fn failed(&self, endpoint: &DrafterEndpoint) {
         warn!(url = %endpoint.url, backoff = ?self.backoff, "drafter failed; avoiding it");
-        *endpoint
-            .avoid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + self.backoff);
-        *endpoint.info.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *lock(&endpoint.avoid_until) = Some(Instant::now() + self.backoff);
+        *lock(&endpoint.info) = None;
     }
 
     /// How many drafters the pool holds now.
     pub fn size(&self) -> usize {
-        self.endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        read(&self.endpoints).len()
     }
 
     /// The URLs in the pool now, in order.
@@ -291,10 +283,7 @@ impl DrafterPool {
     /// Replaces the discovered endpoints with `urls`, keeping the state of those already
     /// known; configured URLs stay whatever DNS says.
     fn set_discovered(&self, urls: &[String]) {
-        let mut endpoints = self
-            .endpoints
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut endpoints = write(&self.endpoints);
         replace_discovered(
             &mut endpoints,
             urls,
@@ -341,14 +330,11 @@ impl DrafterEndpoint {
     }
 
     fn backing_off(&self, now: Instant) -> bool {
-        self.avoid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|until| now < until)
+        lock(&self.avoid_until).is_some_and(|until| now < until)
     }
 
     async fn info(&self) -> Option<DrafterInfo> {
-        let cached = *self.info.lock().unwrap_or_else(PoisonError::into_inner);
+        let cached = *lock(&self.info);
         if cached.is_some() {
             return cached;
         }
@@ -379,7 +365,7 @@ impl DrafterEndpoint {
             vocab_size: stats.vocab_size as usize,
         };
         debug!(url = %self.url, ?info, "drafter described itself");
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner) = Some(info);
+        *lock(&self.info) = Some(info);
         Some(info)
     }
 }

@@ -7,8 +7,9 @@
 //! when no drafter is left does the error reach the round loop, which then decodes plainly.
 //! Drafts never change the output, so neither does a failover.
 
+use specd_core::sync::lock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use specd_core::{DraftRequest, Drafter, OpenRequest, SamplingParams, SessionId};
@@ -57,10 +58,6 @@ struct SessionState {
 struct Opening {
     ended: bool,
     unclaimed: Vec<(DrafterClient<Channel>, String)>,
-}
-
-fn lock_opening(opening: &Mutex<Opening>) -> MutexGuard<'_, Opening> {
-    opening.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One request's session on the drafter pool, as core's [`Drafter`].
@@ -117,20 +114,20 @@ impl<'a> RemoteSession<'a> {
     /// Marks the request ended, so that an open still in flight closes its session when it
     /// answers; returns the sessions opened but not yet claimed, to be closed now.
     fn end_opening(&self) -> Vec<(DrafterClient<Channel>, String)> {
-        let mut opening = lock_opening(&self.opening);
+        let mut opening = lock(&self.opening);
         opening.ended = true;
         std::mem::take(&mut opening.unclaimed)
     }
 
     /// The request takes over an opened session (it is then closed through `state`).
     fn claim(&self, session_id: &str) {
-        lock_opening(&self.opening)
+        lock(&self.opening)
             .unclaimed
             .retain(|(_, id)| id != session_id);
     }
 
     fn state(&self) -> MutexGuard<'_, SessionState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn is_mtp(&self) -> bool {
@@ -174,7 +171,7 @@ impl<'a> RemoteSession<'a> {
                 let outcome = open_call(client.clone(), messages, deadline).await;
                 if let Ok(session_id) = &outcome {
                     let ended = {
-                        let mut opening = lock_opening(&opening);
+                        let mut opening = lock(&opening);
                         if !opening.ended {
                             opening.unclaimed.push((client.clone(), session_id.clone()));
                         }

@@ -1,8 +1,9 @@
 //! The verifier side of one request, over gRPC: placed on a replica of the pool, and moved
 //! to another one, losslessly, when its replica fails.
 
+use specd_core::sync::lock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -93,10 +94,6 @@ pub struct RemoteSequence {
     migrations: Arc<AtomicU32>,
 }
 
-fn lock_state(state: &Mutex<SequenceState>) -> MutexGuard<'_, SequenceState> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Prefill's answer, as the spawned call hands it over.
 struct PrefillOutcome {
     seq_id: String,
@@ -123,11 +120,11 @@ impl RemoteSequence {
     }
 
     fn state(&self) -> MutexGuard<'_, SequenceState> {
-        lock_state(&self.state)
+        lock(&self.state)
     }
 
     fn history(&self) -> MutexGuard<'_, History> {
-        self.history.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.history)
     }
 
     fn current(&self) -> Result<Handle, RemoteError> {
@@ -206,7 +203,7 @@ impl RemoteSequence {
                     prefill_call(client.clone(), wire, deadline, max_snapshot_bytes).await;
                 if let Ok(outcome) = &outcome {
                     let recorded = {
-                        let mut state = lock_state(&state);
+                        let mut state = lock(&state);
                         if !state.abandoned {
                             state.live = Some(Handle {
                                 replica,

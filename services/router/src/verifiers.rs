@@ -2,8 +2,9 @@
 //! to the replica with the most free K/V budget, and a replica that fails is avoided for a
 //! while and probed back.
 
+use specd_core::sync::{lock, read, write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use specd_wire::limits::WithMessageLimits;
@@ -161,10 +162,6 @@ impl Replica {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The replicas of one target.
 pub struct VerifierPool {
     replicas: RwLock<Vec<Arc<Replica>>>,
@@ -276,10 +273,7 @@ impl VerifierPool {
     }
 
     fn replicas(&self) -> Vec<Arc<Replica>> {
-        self.replicas
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.replicas).clone()
     }
 
     /// The replica for a new sequence: the most free K/V budget, ties (free budgets within a
@@ -384,10 +378,7 @@ impl VerifierPool {
     /// Replaces the discovered replicas with `urls`, keeping the state of those already
     /// known; configured URLs stay whatever DNS says.
     fn set_discovered(&self, urls: &[String]) {
-        let mut replicas = self
-            .replicas
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut replicas = write(&self.replicas);
         replace_discovered(
             &mut replicas,
             urls,

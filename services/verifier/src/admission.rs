@@ -2,8 +2,9 @@
 //! sequence reserves its worst case up front, so a verifier under load refuses work at once
 //! instead of running out of memory mid-generation.
 
+use specd_core::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use specd_core::SeqId;
 
@@ -50,7 +51,7 @@ impl Admissions {
 
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         // Totals are updated together with the map, so a poisoned ledger is still consistent.
-        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.ledger)
     }
 
     pub fn budget(&self) -> KvBudget {

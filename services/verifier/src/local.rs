@@ -1,8 +1,10 @@
 //! An in-process verifier: sequences live in this process and rounds run on the caller's
 //! thread, with no serialization. The embedded mode and the verifier server both use it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
 use std::time::Instant;
 
 use specd_core::{
@@ -18,6 +20,7 @@ use crate::carry::TargetCarry;
 use crate::error::VerifierError;
 use crate::target::{TargetModel, MAX_ROLLBACK};
 use crate::verify_block::{accept_and_rollback, block_tokens, token_from_hidden, HeadRows};
+use specd_core::sync::lock;
 
 /// Capacity limits of a verifier.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +48,7 @@ pub(crate) type LastRound = (u32, Vec<u32>, Verified<TargetCarry>);
 /// One sequence's state, locked by whoever runs a step of it.
 pub(crate) type SequenceHandle<C> = Arc<Mutex<Sequence<C>>>;
 
-type SequenceTable<C> = Mutex<HashMap<SeqId, SequenceHandle<C>>>;
+type SequenceTable<C> = DashMap<SeqId, SequenceHandle<C>>;
 
 /// What a verify round needs next, once its request passed the checks.
 pub(crate) enum VerifyStart {
@@ -62,16 +65,11 @@ pub struct LocalVerifier<T: TargetModel> {
     admissions: Admissions,
 }
 
-pub(crate) fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
-    // A panic while holding the lock leaves data that is still structurally valid here.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl<T: TargetModel> LocalVerifier<T> {
     pub fn new(target: Arc<T>, limits: VerifierLimits) -> Self {
         Self {
             target,
-            sequences: Mutex::new(HashMap::new()),
+            sequences: DashMap::new(),
             limits,
             admissions: Admissions::new(limits.max_sequences, KvBudget::default()),
         }
@@ -89,12 +87,16 @@ impl<T: TargetModel> LocalVerifier<T> {
 
     /// Live sequences.
     pub fn sequence_count(&self) -> usize {
-        lock(&self.sequences).len()
+        self.sequences.len()
     }
 
     /// Bytes of K/V held by every live sequence.
     pub fn kv_bytes(&self) -> usize {
-        let seqs: Vec<_> = lock(&self.sequences).values().cloned().collect();
+        let seqs: Vec<_> = self
+            .sequences
+            .iter()
+            .map(|entry| entry.value().clone())
+            .collect();
         seqs.iter()
             .map(|s| self.target.cache_bytes(&lock(s).cache))
             .sum()
@@ -123,9 +125,9 @@ impl<T: TargetModel> LocalVerifier<T> {
     }
 
     pub(crate) fn sequence(&self, seq: SeqId) -> Result<SequenceHandle<T::Cache>, VerifierError> {
-        lock(&self.sequences)
+        self.sequences
             .get(&seq)
-            .cloned()
+            .map(|entry| entry.value().clone())
             .ok_or(VerifierError::UnknownSequence(seq))
     }
 
@@ -169,7 +171,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                 ),
             ));
         }
-        if lock(&self.sequences).contains_key(&request.seq) {
+        if self.sequences.contains_key(&request.seq) {
             return Err(VerifierError::DuplicateSequence(request.seq));
         }
         let tokens = match max_new_tokens {
@@ -213,14 +215,17 @@ impl<T: TargetModel> LocalVerifier<T> {
             sampling: request.sampling,
             last_round: None,
         };
-        let mut seqs = lock(&self.sequences);
-        if seqs.contains_key(&request.seq) {
-            return Err(VerifierError::DuplicateSequence(request.seq));
+        // The vacant entry keeps a release of this id waiting until the sequence is in, so a
+        // release either finds it or ends the admission before this checks it.
+        match self.sequences.entry(request.seq) {
+            Entry::Occupied(_) => return Err(VerifierError::DuplicateSequence(request.seq)),
+            Entry::Vacant(_) if !self.admissions.holds(request.seq) => {
+                return Err(VerifierError::UnknownSequence(request.seq))
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Arc::new(Mutex::new(entry)));
+            }
         }
-        if !self.admissions.holds(request.seq) {
-            return Err(VerifierError::UnknownSequence(request.seq));
-        }
-        seqs.insert(request.seq, Arc::new(Mutex::new(entry)));
         Ok(Prefilled { first_token, carry })
     }
 
@@ -424,7 +429,7 @@ impl<T: TargetModel> LocalVerifier<T> {
 
     /// Frees a sequence and its K/V reservation; false when it was not live or admitted.
     pub fn release_sync(&self, seq: SeqId) -> bool {
-        let live = lock(&self.sequences).remove(&seq).is_some();
+        let live = self.sequences.remove(&seq).is_some();
         let admitted = self.admissions.release(seq);
         live || admitted
     }

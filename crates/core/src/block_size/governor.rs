@@ -15,19 +15,18 @@
 //! request's block size; a cap of 1 switches speculation off for all, with their drafter
 //! sessions kept open, and it comes back on when the load falls or the costs change.
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::cost_estimates::{seconds, CostEstimates, Ewma, MAX_TRACKED_BLOCK};
 use super::forward_curve::ForwardCurve;
+use crate::metric_names::SPECULATION_CAP;
 use crate::verifier::ForwardCost;
 
 /// Weight of one sample in the shared estimates: many requests feed them.
 pub const GOVERNOR_WEIGHT: f64 = 0.1;
-/// Gauge of the cap every adaptive request follows (0: none), as the telemetry contract
-/// names it.
-const SPECULATION_CAP: &str = "specd_speculation_cap";
 
 /// One request in this many that the estimates say not to speculate speculates anyway, so
 /// that the estimates follow a drafter, or prompts, that got better.
@@ -266,9 +265,7 @@ impl SpeculationGovernor {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Estimates> {
-        self.estimates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.estimates)
     }
 
     fn decide(&self, estimates: &Estimates) {

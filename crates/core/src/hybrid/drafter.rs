@@ -1,8 +1,9 @@
 //! The hybrid drafter: a suffix index per session in front of an inner drafter.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
 
 use tracing::trace;
 
@@ -10,6 +11,7 @@ use super::error::HybridDrafterError;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
 use crate::ngram::{NgramConfig, NgramConfigError, SuffixIndex};
+use crate::sync::lock;
 
 /// The lookup of [`HybridDrafter::with_default_lookup`]: a match of 4 tokens or more drafts,
 /// as many tokens as it is long, and from 8 tokens on the full count. Four BPE tokens (about
@@ -38,7 +40,7 @@ struct Session<C> {
 }
 
 /// Open sessions, each behind its own lock.
-type Sessions<C> = HashMap<SessionId, Arc<Mutex<Session<C>>>>;
+type Sessions<C> = DashMap<SessionId, Arc<Mutex<Session<C>>>>;
 
 /// What a draft call does once the session's index has taken in the request.
 enum Route<C> {
@@ -54,7 +56,7 @@ enum Route<C> {
 pub struct HybridDrafter<D: Drafter> {
     inner: D,
     lookup: NgramConfig,
-    sessions: Mutex<Sessions<D::Carry>>,
+    sessions: Sessions<D::Carry>,
 }
 
 impl<D: Drafter> HybridDrafter<D> {
@@ -65,7 +67,7 @@ impl<D: Drafter> HybridDrafter<D> {
         Ok(Self {
             inner,
             lookup,
-            sessions: Mutex::default(),
+            sessions: DashMap::new(),
         })
     }
 
@@ -74,7 +76,7 @@ impl<D: Drafter> HybridDrafter<D> {
         Self {
             inner,
             lookup: HYBRID_LOOKUP,
-            sessions: Mutex::default(),
+            sessions: DashMap::new(),
         }
     }
 
@@ -90,17 +92,11 @@ impl<D: Drafter> HybridDrafter<D> {
 
     /// Sessions currently open.
     pub fn session_count(&self) -> usize {
-        self.sessions().len()
-    }
-
-    /// The session table. Every change is one insert or remove, so a poisoned lock is still
-    /// usable.
-    fn sessions(&self) -> MutexGuard<'_, Sessions<D::Carry>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+        self.sessions.len()
     }
 
     fn check_new(&self, session: SessionId) -> Result<(), HybridDrafterError<D::Error>> {
-        if self.sessions().contains_key(&session) {
+        if self.sessions.contains_key(&session) {
             return Err(HybridDrafterError::SessionExists(session));
         }
         Ok(())
@@ -111,7 +107,7 @@ impl<D: Drafter> HybridDrafter<D> {
         session: SessionId,
         index: SuffixIndex,
     ) -> Result<(), HybridDrafterError<D::Error>> {
-        match self.sessions().entry(session) {
+        match self.sessions.entry(session) {
             Entry::Occupied(_) => Err(HybridDrafterError::SessionExists(session)),
             Entry::Vacant(slot) => {
                 slot.insert(Arc::new(Mutex::new(Session {
@@ -140,14 +136,15 @@ impl<D: Drafter> HybridDrafter<D> {
             output_index_base,
             count,
         } = request;
+        // The table's shard is held only for the clone of the session's handle.
         let entry = self
-            .sessions()
+            .sessions
             .get(&session)
-            .cloned()
+            .map(|entry| entry.value().clone())
             .ok_or(HybridDrafterError::UnknownSession(session))?;
         // A panic mid-update leaves at worst a partly indexed history or a partial backlog:
         // the inner drafter then rejects its `committed_len` and the request goes on plain.
-        let mut state = entry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = lock(&entry);
         state
             .index
             .append_committed(&committed_tokens, committed_len)
@@ -181,7 +178,7 @@ impl<D: Drafter> HybridDrafter<D> {
     }
 
     fn remove(&self, session: SessionId) {
-        self.sessions().remove(&session);
+        self.sessions.remove(&session);
     }
 }
 
@@ -237,6 +234,7 @@ mod tests {
     use super::*;
     use crate::poll_once::now;
     use crate::sampling::SamplingParams;
+    use std::sync::MutexGuard;
 
     #[derive(Debug, PartialEq, Eq, thiserror::Error)]
     #[error("inner failed")]

@@ -1,9 +1,10 @@
 //! The n-gram drafter: one [`SuffixIndex`] per open session, behind the [`Drafter`] trait.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
 
 use tracing::trace;
 
@@ -12,6 +13,7 @@ use super::error::NgramDrafterError;
 use super::index::SuffixIndex;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
+use crate::sync::lock;
 
 /// Prompt-lookup drafter for any verifier: it ignores the carries and drafts from the prompt
 /// and the committed tokens alone.
@@ -20,7 +22,7 @@ use crate::ids::SessionId;
 /// prompt is indexed without holding up the other sessions.
 pub struct NgramDrafter<C> {
     config: NgramConfig,
-    sessions: Mutex<HashMap<SessionId, Arc<Mutex<SuffixIndex>>>>,
+    sessions: DashMap<SessionId, Arc<Mutex<SuffixIndex>>>,
     carry: PhantomData<fn() -> C>,
 }
 
@@ -34,7 +36,7 @@ impl<C> NgramDrafter<C> {
     fn with_valid_config(config: NgramConfig) -> Self {
         Self {
             config,
-            sessions: Mutex::default(),
+            sessions: DashMap::new(),
             carry: PhantomData,
         }
     }
@@ -46,19 +48,13 @@ impl<C> NgramDrafter<C> {
 
     /// Sessions currently open.
     pub fn session_count(&self) -> usize {
-        self.sessions().len()
-    }
-
-    /// The session table. A panic while it was held cannot leave it half-updated (every
-    /// change is one insert or remove), so a poisoned lock is still usable.
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Mutex<SuffixIndex>>>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+        self.sessions.len()
     }
 
     fn open_now(&self, session: SessionId, prompt_ids: &[u32]) -> Result<(), NgramDrafterError> {
         let mut index = SuffixIndex::new();
         index.extend(prompt_ids);
-        match self.sessions().entry(session) {
+        match self.sessions.entry(session) {
             Entry::Occupied(_) => Err(NgramDrafterError::SessionExists(session)),
             Entry::Vacant(slot) => {
                 slot.insert(Arc::new(Mutex::new(index)));
@@ -69,14 +65,15 @@ impl<C> NgramDrafter<C> {
 
     fn draft_now(&self, request: &DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
         let session = request.session;
+        // The table's shard is held only for the clone of the session's handle.
         let index = self
-            .sessions()
+            .sessions
             .get(&session)
-            .cloned()
+            .map(|entry| entry.value().clone())
             .ok_or(NgramDrafterError::UnknownSession(session))?;
         // A panic mid-append leaves at worst a partly indexed history: drafts may get worse,
         // output never changes.
-        let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut index = lock(&index);
         index
             .append_committed(&request.committed_tokens, request.committed_len)
             .map_err(|held| NgramDrafterError::CommittedLenMismatch {
@@ -91,7 +88,7 @@ impl<C> NgramDrafter<C> {
     }
 
     fn remove(&self, session: SessionId) {
-        self.sessions().remove(&session);
+        self.sessions.remove(&session);
     }
 }
 

@@ -14,18 +14,10 @@ use tracing::{Instrument, Span};
 
 use super::events::Finish;
 use crate::fallback::FallbackCause;
-
-pub(super) const REQUESTS: &str = "specd_requests_total";
-pub(super) const ROUNDS: &str = "specd_rounds_total";
-pub(super) const DRAFTED_TOKENS: &str = "specd_drafted_tokens_total";
-pub(super) const ACCEPTED_TOKENS: &str = "specd_accepted_tokens_total";
-pub(super) const EMITTED_TOKENS: &str = "specd_emitted_tokens_total";
-pub(super) const ROUND_DURATION: &str = "specd_round_duration_seconds";
-pub(super) const TIME_TO_FIRST_TOKEN: &str = "specd_time_to_first_token_seconds";
-pub(super) const TIME_PER_OUTPUT_TOKEN: &str = "specd_time_per_output_token_seconds";
-pub(super) const BLOCK_SIZE: &str = "specd_block_size";
-pub(super) const FALLBACKS: &str = "specd_fallbacks_total";
-pub(super) const SPECULATION_SWITCHES: &str = "specd_speculation_switches_total";
+pub(super) use crate::metric_names::{
+    ACCEPTED_TOKENS, BLOCK_SIZE, DRAFTED_TOKENS, EMITTED_TOKENS, FALLBACKS, REQUESTS, ROUNDS,
+    ROUND_DURATION, SPECULATION_SWITCHES, TIME_PER_OUTPUT_TOKEN, TIME_TO_FIRST_TOKEN,
+};
 
 /// The span of one request; the caller's span (a server span) is its parent.
 pub(super) fn generate_span(prompt_tokens: usize, max_tokens: usize) -> Span {

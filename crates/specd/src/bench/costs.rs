@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::quantile::median;
+
 use anyhow::Result;
 use serde_json::{json, Value};
 use specd_core::SamplingParams;
@@ -18,11 +20,6 @@ pub struct StepCosts {
     pub verify: Vec<Duration>,
     /// Median time of one draft-model step (a 1-token forward and its argmax), if measured.
     pub draft_step: Option<Duration>,
-}
-
-pub(super) fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
 impl StepCosts {
@@ -121,7 +118,10 @@ pub fn measure_target<T: TargetModel>(
             }
         }
     }
-    Ok(samples.into_iter().map(median).collect())
+    Ok(samples
+        .into_iter()
+        .map(|samples| median(&samples))
+        .collect())
 }
 
 /// Times one draft-model step on top of `context`: a one-token forward and its greedy token
@@ -148,5 +148,5 @@ pub fn measure_draft_model(
             samples.push(elapsed);
         }
     }
-    Ok(median(samples))
+    Ok(median(&samples))
 }

@@ -11,8 +11,8 @@ use specd_models::cpu::{read_bandwidth, ThreadPool};
 use specd_models::qwen2::{EngineInfo, KvCache, Qwen2Model};
 use specd_verifier::Qwen2Target;
 
-use super::costs::median;
 use super::prompts;
+use super::quantile::median;
 use crate::text::PromptText;
 use specd_text::TargetText;
 
@@ -158,7 +158,7 @@ fn measure(
             draft.extend(draft_step);
         }
     }
-    let verify: Vec<Duration> = verify.into_iter().map(median).collect();
+    let verify: Vec<Duration> = verify.into_iter().map(|samples| median(&samples)).collect();
     let mut target_prefill = Vec::with_capacity(PREFILL_REPS);
     let mut drafter_prefill = Vec::with_capacity(PREFILL_REPS);
     for rep in 0..=PREFILL_REPS {
@@ -179,13 +179,13 @@ fn measure(
         target: Side {
             info: target_info,
             step: verify[0],
-            prefill: median(target_prefill),
+            prefill: median(&target_prefill),
         },
         verify,
         drafter: drafter.map(|(_, info)| Side {
             info,
-            step: median(draft),
-            prefill: median(drafter_prefill),
+            step: median(&draft),
+            prefill: median(&drafter_prefill),
         }),
     }))
 }

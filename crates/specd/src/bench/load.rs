@@ -2,9 +2,10 @@
 //! decoding against speculative decoding with the cost-aware block size, in this process (the
 //! batching verifier under the round loop) and through a router's public gRPC API.
 
+use specd_core::sync::lock;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -144,15 +145,13 @@ where
                 };
                 let begun = Instant::now();
                 let (tokens, rounds, accepted) = run_one(index, prompt.clone()).await?;
-                done.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Finished {
-                        index,
-                        latency: begun.elapsed(),
-                        tokens,
-                        rounds,
-                        accepted,
-                    });
+                lock(&done).push(Finished {
+                    index,
+                    latency: begun.elapsed(),
+                    tokens,
+                    rounds,
+                    accepted,
+                });
             }
         }));
     }
@@ -160,7 +159,7 @@ where
         worker.await.context("a load worker panicked")??;
     }
     let wall = start.elapsed();
-    let done = std::mem::take(&mut *done.lock().unwrap_or_else(PoisonError::into_inner));
+    let done = std::mem::take(&mut *lock(&done));
     Ok((wall, done))
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::prompts::{self, Prompt};
+use super::quantile::{ms, quantile};
 use super::timing::RoundTiming;
 
 /// One generation's outcome.
@@ -112,17 +113,6 @@ impl ModeResult {
     }
 }
 
-/// The `q`-quantile (nearest rank) in milliseconds.
-fn quantile_ms(values: &[Duration], q: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted: Vec<Duration> = values.to_vec();
-    sorted.sort();
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1].as_secs_f64() * 1e3)
-}
-
 /// p50 and p99 of one latency series.
 #[derive(Debug, Clone, Copy)]
 pub struct Spread {
@@ -133,8 +123,8 @@ pub struct Spread {
 impl Spread {
     pub fn of(values: &[Duration]) -> Self {
         Self {
-            p50: quantile_ms(values, 0.5),
-            p99: quantile_ms(values, 0.99),
+            p50: quantile(values, 0.5).map(ms),
+            p99: quantile(values, 0.99).map(ms),
         }
     }
 

@@ -12,6 +12,7 @@ use specd_verifier::TargetModel;
 use super::costs::StepCosts;
 use super::embedded::EmbeddedSuite;
 use super::prompts::{self, Prompt};
+use super::quantile::{ms, quantile};
 use super::report::ModeResult;
 
 /// Tokens of the unmeasured warm-up generation of each drafter.
@@ -258,9 +259,8 @@ fn decode_totals(mode: &ModeResult) -> (usize, f64) {
 }
 
 fn p50_ms(values: impl Iterator<Item = Duration>) -> f64 {
-    let mut v: Vec<Duration> = values.collect();
-    v.sort();
-    v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    let samples: Vec<Duration> = values.collect();
+    quantile(&samples, 0.5).map_or(0.0, ms)
 }
 
 fn positions_cell(rates: &[f64]) -> String {

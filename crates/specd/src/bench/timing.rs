@@ -1,7 +1,8 @@
 //! Thin wrappers around a real verifier and drafter that time every call, so a benchmark can
 //! split each round into draft, verify and the loop's own work.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use specd_core::sync::lock;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use specd_core::{
@@ -43,7 +44,7 @@ pub struct RoundClock(Arc<Mutex<State>>);
 
 impl RoundClock {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.0)
     }
 
     fn mark(&self) {

@@ -14,7 +14,7 @@ use specd_core::{
 use specd_drafter::DraftModelEngine;
 use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 
-use super::costs::median;
+use super::quantile::median;
 use super::split::{self, SplitBlock};
 use crate::embedded_drafter::EmbeddedDrafter;
 use specd_text::TargetText;
@@ -204,8 +204,8 @@ impl Samples {
 
     fn pair(self) -> TtftPair {
         TtftPair {
-            plain: median(self.plain),
-            speculative: median(self.speculative),
+            plain: median(&self.plain),
+            speculative: median(&self.speculative),
         }
     }
 }

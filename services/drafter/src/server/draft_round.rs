@@ -9,9 +9,10 @@ use specd_wire::tensor::{decode_checked, Dim};
 use tonic::Status;
 
 use super::open::check_ids;
-use super::sessions::{lock, SessionEntry, SharedEntry, StepKey};
+use super::sessions::{SessionEntry, SharedEntry, StepKey};
 use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
+use specd_core::sync::lock;
 
 /// Checks that need no session state: count, bonus and carry kind.
 pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result<(), Status> {

@@ -1,9 +1,11 @@
 //! Open sessions and their round bookkeeping.
 
+use specd_core::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dashmap::DashMap;
 use specd_wire::ids::WireId;
 use tonic::Status;
 
@@ -33,8 +35,10 @@ pub(crate) type SharedEntry<S> = Arc<Mutex<SessionEntry<S>>>;
 
 /// Every open session of one server.
 pub(crate) struct Sessions<S> {
-    table: Mutex<HashMap<WireId, SharedEntry<S>>>,
-    /// K/V positions each session holds, and their sum, against the budget.
+    table: DashMap<WireId, SharedEntry<S>>,
+    /// K/V positions each session holds, and their sum, against the budget. Opens and
+    /// closes change it and the table together under its lock, so the session limit and
+    /// the budget hold however many Opens run at once.
     held: Mutex<Held>,
 }
 
@@ -44,22 +48,32 @@ struct Held {
     total: usize,
 }
 
-/// Locks session state; a panic mid-round leaves the round unanswered, which a retry redoes,
-/// so a poisoned lock is still usable.
-pub(crate) fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+impl Held {
+    /// RESOURCE_EXHAUSTED unless a session holding `before` positions may hold `tokens`.
+    fn check(&self, before: usize, tokens: usize, budget: Option<usize>) -> Result<(), Status> {
+        let others = self.total - before;
+        match budget {
+            Some(budget) if others + tokens > budget && tokens > before => {
+                Err(Status::resource_exhausted(format!(
+                    "max_kv_tokens: {tokens} positions for this session do not fit the \
+                     drafter's K/V budget of {budget} ({others} held by other sessions)"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl<S> Sessions<S> {
     pub fn new() -> Self {
         Self {
-            table: Mutex::default(),
+            table: DashMap::new(),
             held: Mutex::default(),
         }
     }
 
     pub fn len(&self) -> usize {
-        lock(&self.table).len()
+        self.table.len()
     }
 
     /// Adds a session holding `tokens` K/V positions unless `max` are open already or the
@@ -71,20 +85,22 @@ impl<S> Sessions<S> {
         tokens: usize,
         budget: Option<usize>,
     ) -> Result<WireId, Status> {
-        let mut table = lock(&self.table);
-        if table.len() >= max {
+        let mut held = lock(&self.held);
+        if self.table.len() >= max {
             return Err(full(max));
         }
+        held.check(0, tokens, budget)?;
         let id = WireId::random();
-        self.hold_id(id, tokens, budget)?;
+        held.by_session.insert(id, tokens);
+        held.total += tokens;
         let entry = SessionEntry {
             session,
             applied_round: 0,
             answer: None,
             last_used: Instant::now(),
         };
-        table.insert(id, Arc::new(Mutex::new(entry)));
-        specd_telemetry::record::drafter_sessions(table.len());
+        self.table.insert(id, Arc::new(Mutex::new(entry)));
+        specd_telemetry::record::drafter_sessions(self.table.len());
         Ok(id)
     }
 
@@ -100,57 +116,48 @@ impl<S> Sessions<S> {
     /// no such session is open.
     pub fn get(&self, session_id: &str) -> Result<SharedEntry<S>, Status> {
         let id = WireId::parse("session_id", session_id)?;
-        lock(&self.table)
+        self.table
             .get(&id)
-            .cloned()
+            .map(|entry| entry.value().clone())
             .ok_or_else(|| unknown_session(session_id))
     }
 
     /// Records that the session `session_id` now holds `tokens` K/V positions:
-    /// RESOURCE_EXHAUSTED (and nothing changes) if that does not fit `budget`.
+    /// RESOURCE_EXHAUSTED (and nothing changes) if that does not fit `budget`. A session
+    /// closed meanwhile holds nothing.
     pub fn hold(
         &self,
         session_id: &str,
         tokens: usize,
         budget: Option<usize>,
     ) -> Result<(), Status> {
-        self.hold_id(WireId::parse("session_id", session_id)?, tokens, budget)
-    }
-
-    fn hold_id(&self, id: WireId, tokens: usize, budget: Option<usize>) -> Result<(), Status> {
+        let id = WireId::parse("session_id", session_id)?;
         let mut held = lock(&self.held);
-        let before = held.by_session.get(&id).copied().unwrap_or(0);
-        let total = held.total - before + tokens;
-        if let Some(budget) = budget.filter(|&budget| total > budget && tokens > before) {
-            return Err(Status::resource_exhausted(format!(
-                "max_kv_tokens: {tokens} positions for this session do not fit the drafter's \
-                 K/V budget of {budget} ({} held by other sessions)",
-                held.total - before
-            )));
-        }
+        let Some(&before) = held.by_session.get(&id) else {
+            return Ok(());
+        };
+        held.check(before, tokens, budget)?;
         held.by_session.insert(id, tokens);
-        held.total = total;
+        held.total = held.total - before + tokens;
         Ok(())
     }
 
     pub fn remove(&self, id: WireId) -> bool {
-        {
-            let mut held = lock(&self.held);
-            if let Some(tokens) = held.by_session.remove(&id) {
-                held.total -= tokens;
-            }
+        let mut held = lock(&self.held);
+        if let Some(tokens) = held.by_session.remove(&id) {
+            held.total -= tokens;
         }
-        let mut table = lock(&self.table);
-        let removed = table.remove(&id).is_some();
-        specd_telemetry::record::drafter_sessions(table.len());
+        let removed = self.table.remove(&id).is_some();
+        specd_telemetry::record::drafter_sessions(self.table.len());
         removed
     }
 
     /// Sessions not used for `timeout` and not in use right now.
     pub fn idle(&self, timeout: Duration) -> Vec<WireId> {
-        let entries: Vec<(WireId, SharedEntry<S>)> = lock(&self.table)
+        let entries: Vec<(WireId, SharedEntry<S>)> = self
+            .table
             .iter()
-            .map(|(id, entry)| (*id, entry.clone()))
+            .map(|entry| (*entry.key(), entry.value().clone()))
             .collect();
         entries
             .into_iter()

@@ -13,5 +13,5 @@ mod mtp_engine;
 mod mtp_rounds;
 mod predraft;
 
-#[path = "../../../../crates/models/tests/qwen2_support/mod.rs"]
+#[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

@@ -15,5 +15,5 @@ mod overlap;
 mod streaming;
 mod text;
 
-#[path = "../../../../crates/models/tests/qwen2_support/mod.rs"]
+#[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

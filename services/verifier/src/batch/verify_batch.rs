@@ -12,9 +12,10 @@ use specd_telemetry::propagation::link_row;
 use super::counters::Counters;
 use super::jobs::{RowAnswer, VerifyJob};
 use crate::error::VerifierError;
-use crate::local::{lock, LocalVerifier, Sequence, SequenceHandle, VerifyStart};
+use crate::local::{LocalVerifier, Sequence, SequenceHandle, VerifyStart};
 use crate::target::TargetModel;
 use crate::verify_block::{head_tokens, HeadRows};
+use specd_core::sync::lock;
 
 /// Takes up to `max_rows` rows of distinct sequences, oldest first, out of `waiting`. Rows
 /// whose caller went away are dropped; a second row of a sequence already taken (a retry

@@ -13,7 +13,8 @@ use tokio_stream::Stream;
 use tonic::Status;
 use tracing::debug;
 
-use super::sequences::{lock, ReleaseSequence};
+use super::sequences::ReleaseSequence;
+use specd_core::sync::lock;
 
 /// Shared by the producer task and the stream: which sequence the stream delivers, and
 /// whether the client read it to the end.

@@ -7,9 +7,10 @@ use specd_wire::SnapshotChunk;
 use tonic::Status;
 
 use super::convert::{position, snapshot_of};
-use super::sequences::{lock, Sequences};
+use super::sequences::Sequences;
 use super::status::status_of;
 use crate::target::TargetModel;
+use specd_core::sync::lock;
 
 impl<T: TargetModel> Sequences<T> {
     /// The shared-K/V snapshot at the current committed length, chunked. A drafter opened

@@ -1,11 +1,11 @@
 //! The server's view of each sequence: round bookkeeping next to the model cache that the
 //! [`LocalVerifier`] holds, run through the [`BatchVerifier`].
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dashmap::DashMap;
 use specd_core::SeqId;
 use specd_wire::ids::WireId;
 use specd_wire::verifier::VerifyResponse;
@@ -48,21 +48,15 @@ pub(crate) struct SeqEntry {
 /// ids are counters, never shown to clients).
 pub(crate) struct Sequences<T: TargetModel> {
     batch: Arc<BatchVerifier<T>>,
-    table: Mutex<HashMap<WireId, SeqEntry>>,
+    table: DashMap<WireId, SeqEntry>,
     next_id: AtomicU64,
-}
-
-/// Locks protocol state; a panic mid-update leaves at worst a stale replay, which a later
-/// round overwrites, so a poisoned lock is still usable.
-pub(crate) fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<T: TargetModel> Sequences<T> {
     pub fn new(batch: Arc<BatchVerifier<T>>) -> Self {
         Self {
             batch,
-            table: Mutex::default(),
+            table: DashMap::new(),
             next_id: AtomicU64::new(1),
         }
     }
@@ -88,23 +82,23 @@ impl<T: TargetModel> Sequences<T> {
     /// Makes `seq` live under `id`, the id its client will hold.
     pub fn insert(&self, id: WireId, seq: SeqId, state: SeqWire) {
         let state = Arc::new(Mutex::new(state));
-        lock(&self.table).insert(id, SeqEntry { seq, state });
+        self.table.insert(id, SeqEntry { seq, state });
     }
 
     /// The sequence `seq_id` names: INVALID_ARGUMENT when it is no id, NOT_FOUND when no
     /// such sequence is live.
     pub fn entry(&self, seq_id: &str) -> Result<SeqEntry, Status> {
         let id = WireId::parse("seq_id", seq_id)?;
-        lock(&self.table)
+        self.table
             .get(&id)
-            .cloned()
+            .map(|entry| entry.value().clone())
             .ok_or_else(|| unknown_sequence(seq_id))
     }
 
     /// Frees the sequence `seq_id` names; false when it was not live.
     pub fn release_id(&self, seq_id: &str) -> Result<bool, Status> {
         let id = WireId::parse("seq_id", seq_id)?;
-        let entry = lock(&self.table).remove(&id);
+        let entry = self.table.remove(&id).map(|(_, entry)| entry);
         Ok(match entry {
             Some(entry) => {
                 self.batch.release_sync(entry.seq);
@@ -117,10 +111,17 @@ impl<T: TargetModel> Sequences<T> {
     /// Frees the sequence's cache and state; false when neither was held.
     pub fn release(&self, seq: SeqId) -> bool {
         let had_state = {
-            let mut table = lock(&self.table);
-            let before = table.len();
-            table.retain(|_, entry| entry.seq != seq);
-            table.len() < before
+            let ids: Vec<WireId> = self
+                .table
+                .iter()
+                .filter(|entry| entry.value().seq == seq)
+                .map(|entry| *entry.key())
+                .collect();
+            let mut removed = false;
+            for id in ids {
+                removed |= self.table.remove(&id).is_some();
+            }
+            removed
         };
         let had_cache = self.batch.release_sync(seq);
         had_state || had_cache
@@ -128,7 +129,11 @@ impl<T: TargetModel> Sequences<T> {
 
     /// Sequences not used for `timeout` and not in use right now.
     pub fn idle(&self, timeout: Duration) -> Vec<SeqId> {
-        let entries: Vec<SeqEntry> = lock(&self.table).values().cloned().collect();
+        let entries: Vec<SeqEntry> = self
+            .table
+            .iter()
+            .map(|entry| entry.value().clone())
+            .collect();
         entries
             .into_iter()
             .filter(|entry| match entry.state.try_lock() {

@@ -7,10 +7,11 @@ use specd_wire::verifier::{ForwardStats, VerifyRequest, VerifyResponse};
 use tonic::Status;
 
 use super::convert::{delta_of, hidden_to_wire, position};
-use super::sequences::{lock, Replay, SeqEntry, SeqWire, Sequences};
+use super::sequences::{Replay, SeqEntry, SeqWire, Sequences};
 use super::status::status_of;
 use crate::carry::TargetCarry;
 use crate::target::TargetModel;
+use specd_core::sync::lock;
 
 impl<T: TargetModel> Sequences<T> {
     /// Applies a round through the batch scheduler, or replays the last one to a retry. The

@@ -1,5 +1,6 @@
 //! Drafters over the table target, from perfect to hostile, that check the loop's bookkeeping.
 
+use specd_core::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -79,9 +80,7 @@ impl TableDrafter {
     }
 
     pub fn log(&self) -> MutexGuard<'_, DrafterLog> {
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.log)
     }
 
     fn open_now(&self, request: OpenRequest<Carry>) -> Result<(), TableDrafterError> {

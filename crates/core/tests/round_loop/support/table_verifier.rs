@@ -1,6 +1,7 @@
 //! A verifier over the table target: a token list as "KV cache", the crate's sampler and
 //! acceptance walk, and faults on demand.
 
+use specd_core::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -75,9 +76,7 @@ impl TableVerifier {
     }
 
     pub fn log(&self) -> MutexGuard<'_, VerifierLog> {
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.log)
     }
 
     /// The width (bonus plus drafts) of every verify so far, in order.

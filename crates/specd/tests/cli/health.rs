@@ -1,11 +1,9 @@
 //! `specd health` as a container health check runs it: exit status 0 only while the server
 //! reports SERVING.
 
-mod served;
-
 use std::process::{Command, Output};
 
-use served::Service;
+use crate::served::Service;
 
 fn health(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_specd"))

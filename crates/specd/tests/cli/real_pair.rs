@@ -3,16 +3,14 @@
 //! drafters give exactly the target's own output, greedy and seeded. Skipped, loudly, when the
 //! pair has not been fetched (tools/fetch_qwen_pair.sh).
 
-mod served;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::served::Service;
 use candle_core::quantized::gguf_file::{self, Value as GgufValue};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use serde_json::Value;
-use served::Service;
 use specd_wire::generation::{
     generate_request, GenerateRequest, GenerateResponse, GenerationClient, SamplingParams,
     SpeculativeParams,
@@ -335,7 +333,7 @@ async fn openai_chat_on_the_real_pair_is_the_templated_prompt() {
     });
     let http = http.clone();
     let (status, answer) = tokio::task::spawn_blocking(move || {
-        served::http_post(&http, "/v1/chat/completions", &body)
+        crate::served::http_post(&http, "/v1/chat/completions", &body)
     })
     .await
     .unwrap();

@@ -1,8 +1,6 @@
 //! `specd draft` as a user runs it, against transformers' first token and draft block.
 
-mod common;
-
-use common::{fixture, ids, join, reference};
+use crate::common::{fixture, ids, join, reference};
 
 use std::process::Command;
 

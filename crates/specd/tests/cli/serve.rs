@@ -1,11 +1,8 @@
 //! `specd serve verifier|drafter|router` as an operator runs them: three processes on
 //! 127.0.0.1, health SERVING on each, and the router's output equal to embedded decoding.
 
-mod common;
-mod served;
-
-use common::fixture;
-use served::Service;
+use crate::common::fixture;
+use crate::served::Service;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,9 +3,7 @@
 //! must be one trace with the generate → round → draft/verify client → server tree, and the
 //! metrics must add up to the statistics the client received.
 
-mod common;
-
-use common::fixture;
+use crate::common::fixture;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};

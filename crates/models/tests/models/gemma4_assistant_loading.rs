@@ -1,10 +1,8 @@
 //! Loading a Gemma 4 assistant: its config, the target's embedding table read from either
 //! checkpoint layout, and the refusal of pairs and options it cannot run.
 
-mod common;
-
+use crate::common::{copy_fixture, fixture_dir};
 use candle_core::{DType, Device};
-use common::{copy_fixture, fixture_dir};
 use serde_json::Value;
 use specd_models::gemma4::{Gemma4Model, Gemma4TextConfig, LayerKind};
 use specd_models::gemma4_assistant::{Gemma4Assistant, Gemma4AssistantConfig, TargetEmbedding};
@@ -15,7 +13,7 @@ fn load(assistant: &std::path::Path, target: &str) -> Result<Gemma4Assistant, St
 }
 
 /// A copy of `name` whose config.json was changed by `edit`.
-fn edited(name: &str, edit: impl FnOnce(&mut Value)) -> common::tempdir::TempDir {
+fn edited(name: &str, edit: impl FnOnce(&mut Value)) -> crate::common::tempdir::TempDir {
     let dir = copy_fixture(name);
     let path = dir.path().join("config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -1,13 +1,11 @@
 //! The real Qwen2.5-Coder pair (1.5B target, 0.5B drafter), when `tools/fetch_qwen_pair.sh`
 //! has put it in the model dir; otherwise each test warns loudly on stderr and returns.
 
-mod qwen2_support;
-
 use std::path::Path;
 
+use crate::qwen2_support::{argmax_rows, compare, real_pair};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::{Device, Tensor};
-use qwen2_support::{argmax_rows, compare, real_pair};
 use specd_models::qwen2::{GgufFile, Qwen2Model};
 use specd_text::{ChatMessage, ChatTemplate, GgufTokenizer, QWEN2_5_CHAT_TEMPLATE};
 

@@ -4,9 +4,7 @@
 //! requests again; with none left requests fail with UNAVAILABLE. Every request that ends
 //! ends with exactly the plain output.
 
-mod served;
-
-use served::{drain_stream, request, Service};
+use crate::served::{drain_stream, request, Service};
 use specd_wire::generation::{GenerateStreamResponse, GenerationClient};
 use tonic::transport::Channel;
 use tonic::Streaming;

@@ -2,12 +2,10 @@
 //! reference forward, and the invariances speculative decoding relies on (block == steps,
 //! rollback, batch row == row alone).
 
-mod qwen2_support;
-
 use std::collections::HashMap;
 
+use crate::qwen2_support::{compare, tiny_tensors, Rng, TempGguf, TinyLayout, TinySpec};
 use candle_core::{Device, Tensor, D};
-use qwen2_support::{compare, tiny_tensors, Rng, TempGguf, TinyLayout, TinySpec};
 use specd_models::qwen2::{Backend, BlockRow, LoadOptions, Qwen2Error, Qwen2Model};
 
 fn load(file: &TempGguf) -> Qwen2Model {
@@ -140,7 +138,7 @@ fn dense_model_matches_reference_forward() {
         let ours = Tensor::cat(&[prefix, rest], 0).unwrap();
         let reference = reference_logits(&spec, &tokens);
         let (_, max_diff) = compare(&ours, &reference);
-        let scale = qwen2_support::max_abs(&reference);
+        let scale = crate::qwen2_support::max_abs(&reference);
         eprintln!(
             "tied_head={tied_head}: max |ours - reference| = {max_diff:e} (logit scale {scale})"
         );
@@ -385,7 +383,7 @@ fn candle_backend_agrees_with_the_engine() {
         };
         let (ours, theirs) = (run(&engine), run(&candle));
         let (_, max_diff) = compare(&ours, &theirs);
-        let scale = qwen2_support::max_abs(&theirs);
+        let scale = crate::qwen2_support::max_abs(&theirs);
         let tolerance = match spec.layout {
             TinyLayout::AllF32 => 1e-4 * scale.max(1.0),
             _ => 0.05 * scale,
@@ -400,8 +398,8 @@ fn candle_backend_agrees_with_the_engine() {
             spec.layout
         );
         let (a, b) = (
-            qwen2_support::argmax_rows(&ours),
-            qwen2_support::argmax_rows(&theirs),
+            crate::qwen2_support::argmax_rows(&ours),
+            crate::qwen2_support::argmax_rows(&theirs),
         );
         let agree = a.iter().zip(&b).filter(|(x, y)| x == y).count();
         assert!(
@@ -435,7 +433,7 @@ fn formats_without_a_native_kernel_are_reencoded_and_stay_close() {
     };
     let (ours, theirs) = (run(&engine), run(&candle));
     let (_, max_diff) = compare(&ours, &theirs);
-    let scale = qwen2_support::max_abs(&theirs);
+    let scale = crate::qwen2_support::max_abs(&theirs);
     eprintln!("re-encoded Q4_1/Q5_1: max diff {max_diff:e} against candle (scale {scale})");
     assert!(
         max_diff < 0.05 * scale,
@@ -454,18 +452,21 @@ fn argmax_is_the_argmax_of_the_logits() {
         let logits = model.logits(&hidden).unwrap();
         assert_eq!(
             model.argmax(&hidden).unwrap(),
-            qwen2_support::argmax_rows(&logits)
+            crate::qwen2_support::argmax_rows(&logits)
         );
         let mut again = model.new_cache().unwrap();
         let next = model.forward_block_argmax(&tokens, &mut again).unwrap();
-        assert_eq!(next, *qwen2_support::argmax_rows(&logits).last().unwrap());
+        assert_eq!(
+            next,
+            *crate::qwen2_support::argmax_rows(&logits).last().unwrap()
+        );
         // A restricted vocabulary: the argmax of the logits' first `below` columns, also
         // for limits that end inside a tile of the packed head.
         for below in [1, 7, 16, 33, spec.vocab - 1, spec.vocab, spec.vocab + 5] {
             let prefix = logits.narrow(1, 0, below.min(spec.vocab)).unwrap();
             assert_eq!(
                 model.argmax_below(&hidden, below).unwrap(),
-                qwen2_support::argmax_rows(&prefix),
+                crate::qwen2_support::argmax_rows(&prefix),
                 "{:?}, ids below {below}",
                 spec.layout
             );

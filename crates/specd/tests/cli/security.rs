@@ -3,14 +3,12 @@
 //! clients reach the router only over TLS and with a known key, and speculation stays
 //! lossless through it all. A stalled stream gives its place back.
 
-mod served;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use served::certs::Pki;
-use served::{fixture, request, Service};
+use crate::served::certs::Pki;
+use crate::served::{fixture, request, Service};
 use specd_wire::generation::{GenerateRequest, GenerationClient};
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
 use tokio_rustls::rustls;

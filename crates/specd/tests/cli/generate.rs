@@ -1,8 +1,6 @@
 //! `specd generate` as a user runs it, against transformers' greedy continuations.
 
-mod common;
-
-use common::{fixture, ids, join, reference};
+use crate::common::{fixture, ids, join, reference};
 
 use std::process::Command;
 

@@ -1,9 +1,7 @@
 //! SIGTERM drains `specd serve router`: health turns NOT_SERVING, new requests are refused
 //! with UNAVAILABLE, the running stream completes, then the process exits 0.
 
-mod served;
-
-use served::{drain_stream, request, Service};
+use crate::served::{drain_stream, request, Service};
 use specd_wire::generation::{FinishReason, GenerationClient};
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;

@@ -1,9 +1,7 @@
 //! Loading: clear errors naming the tensor or field, and other compute dtypes.
 
-mod common;
-
+use crate::common::{argmax, copy_fixture, f32s, fixture_dir, reference, u32s};
 use candle_core::{DType, Device};
-use common::{argmax, copy_fixture, f32s, fixture_dir, reference, u32s};
 use serde_json::Value;
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
@@ -118,7 +116,7 @@ fn bf16_compute_follows_the_f32_reference_closely() {
             .to_vec1()
             .unwrap();
         let want = f32s(&prompt["last_logits"]);
-        let diff = common::max_abs_diff(&logits, &want);
+        let diff = crate::common::max_abs_diff(&logits, &want);
         // bf16 keeps about 3 significant digits; the reference logits are softcapped to |x| < 3.
         assert!(diff < 0.1, "bf16 logits differ by {diff}");
         let margin = prompt["greedy_margins"][0].as_f64().unwrap() as f32;

@@ -1,9 +1,7 @@
 //! `specd generate --draft ngram|mtp|hybrid` in embedded mode prints the tokens `--no-draft`
 //! prints, for every block size, greedy and seeded.
 
-mod common;
-
-use common::fixture;
+use crate::common::fixture;
 
 use std::path::PathBuf;
 use std::process::Command;

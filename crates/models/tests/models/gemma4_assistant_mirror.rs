@@ -2,10 +2,8 @@
 //! from a fresh snapshot, through real greedy speculative rounds on the target (verify block,
 //! acceptance, rollback), also after the sliding window has moved on.
 
-mod common;
-
+use crate::common::{fixture_dir, reference, u32s};
 use candle_core::{DType, Device, Tensor};
-use common::{fixture_dir, reference, u32s};
 use specd_models::gemma4::{Gemma4Model, LayerKv, SharedKv, DEFAULT_PREFILL_CHUNK};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
 

@@ -2,10 +2,8 @@
 //! tokens one by one, rollback equals never having gone ahead (also after the sliding window
 //! wrapped), and a batched forward equals each row alone. On CPU f32 these hold bit for bit.
 
-mod common;
-
+use crate::common::{fixture_dir, reference, u32s};
 use candle_core::{DType, Device, Tensor};
-use common::{fixture_dir, reference, u32s};
 use specd_models::gemma4::{
     BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK,
 };
@@ -212,17 +210,17 @@ fn shared_kv_matches_what_transformers_hands_the_assistant() {
         let kv = model.shared_kv(&cache, 0, cache.len()).unwrap();
         let full = &prompt["shared_kv"]["full_attention"];
         let got: Vec<f32> = kv.full.keys.flatten_all().unwrap().to_vec1().unwrap();
-        let diff = common::max_abs_diff(&got, &common::f32s(&full["k"]));
+        let diff = crate::common::max_abs_diff(&got, &crate::common::f32s(&full["k"]));
         assert!(diff < 1e-5, "full K differs by {diff}");
         let got: Vec<f32> = kv.full.values.flatten_all().unwrap().to_vec1().unwrap();
-        let diff = common::max_abs_diff(&got, &common::f32s(&full["v"]));
+        let diff = crate::common::max_abs_diff(&got, &crate::common::f32s(&full["v"]));
         assert!(diff < 1e-5, "full V differs by {diff}");
         let sliding = kv.sliding.as_ref().unwrap();
         let want_shape = u32s(&prompt["shared_kv"]["sliding_attention"]["shape"]);
         let rows_held = want_shape[2] as usize;
         // HF hands over the whole prompt for the sliding layer too; compare the rows we hold.
         let held = sliding.keys.dims()[1];
-        let want_k = common::f32s(&prompt["shared_kv"]["sliding_attention"]["k"]);
+        let want_k = crate::common::f32s(&prompt["shared_kv"]["sliding_attention"]["k"]);
         let d = sliding.keys.dims()[2];
         let heads = sliding.keys.dims()[0];
         for h in 0..heads {
@@ -238,7 +236,7 @@ fn shared_kv_matches_what_transformers_hands_the_assistant() {
                     .to_vec1()
                     .unwrap();
                 assert!(
-                    common::max_abs_diff(&got, want) < 1e-5,
+                    crate::common::max_abs_diff(&got, want) < 1e-5,
                     "sliding K head {h} position {pos}"
                 );
             }

@@ -2,10 +2,8 @@
 //! draft step's hidden states and logits and the drafted tokens equal the references, for the
 //! dense head, the centroid head and a target without per-layer embeddings.
 
-mod common;
-
+use crate::common::{f32s, fixture_dir, max_abs_diff, reference, u32s};
 use candle_core::{DType, Device, Tensor};
-use common::{f32s, fixture_dir, max_abs_diff, reference, u32s};
 use serde_json::Value;
 use specd_models::gemma4::{Gemma4Model, SequenceCache, DEFAULT_PREFILL_CHUNK};
 use specd_models::gemma4_assistant::{

@@ -1,10 +1,8 @@
 //! The Gemma 4 text model against Hugging Face transformers' own outputs on tiny random
 //! checkpoints (tools/gemma4_fixtures.py).
 
-mod common;
-
+use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 use candle_core::{DType, Device, Tensor};
-use common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
 const TARGETS: [&str; 4] = [

@@ -1,0 +1,17 @@
+//! The `specd` binary end to end, one test binary: generation and drafting in one process,
+//! the split services as real processes on free ports (serving, draining, failover,
+//! security, telemetry), and the real Qwen2.5-Coder pair when it has been fetched.
+
+mod common;
+mod served;
+
+mod draft;
+mod drain;
+mod embedded_speculation;
+mod failover;
+mod generate;
+mod health;
+mod real_pair;
+mod security;
+mod serve;
+mod telemetry;
