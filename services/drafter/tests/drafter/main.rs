@@ -1,6 +1,6 @@
-//! The drafter: the shared-K/V mirror, and the Drafter gRPC service on a real server bound
-//! to 127.0.0.1 with the random engine (which keeps exactly the state a real engine of its
-//! kind keeps).
+//! The drafter: the test engine's shared-K/V mirror, and the Drafter gRPC service on a real
+//! server bound to 127.0.0.1 with the random engine (which keeps exactly the state a real
+//! engine of its kind keeps).
 
 mod support;
 
@@ -12,6 +12,9 @@ mod mirror;
 mod mtp_engine;
 mod mtp_rounds;
 mod predraft;
+
+#[path = "../random_engine/mod.rs"]
+mod random_engine;
 
 #[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

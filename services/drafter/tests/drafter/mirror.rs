@@ -1,6 +1,6 @@
 //! The K/V mirror follows snapshot plus deltas row for row.
 
-use specd_drafter::KvMirror;
+use crate::random_engine::KvMirror;
 use specd_wire::kv::KvDeltaTensors;
 
 use crate::support::*;

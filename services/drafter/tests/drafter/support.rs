@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::{DType, Device, Tensor};
-use specd_drafter::{serve, DrafterServerConfig, DrafterService, RandomDrafts};
+use specd_drafter::{serve, DrafterServerConfig, DrafterService};
+
+use crate::random_engine::RandomDrafts;
 use specd_wire::drafter::{
     draft_request, open_request, DraftRequest, DrafterClient, DrafterKind, DrafterStatsRequest,
     MtpCarry, OpenHeader, OpenRequest,

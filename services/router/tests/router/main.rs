@@ -15,5 +15,8 @@ mod overlap;
 mod streaming;
 mod text;
 
+#[path = "../../../drafter/tests/random_engine/mod.rs"]
+mod random_engine;
+
 #[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use candle_core::{DType, Device};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
-use specd_drafter::{DraftEngine, DrafterServerConfig, DrafterService, MtpEngine, RandomDrafts};
+use specd_drafter::{DraftEngine, DrafterServerConfig, DrafterService, MtpEngine};
+
+use crate::random_engine::RandomDrafts;
 use specd_router::{DraftSource, GenerationService, RouterConfig, TargetText, VerifierSource};
 use specd_verifier::server::{VerifierServerConfig, VerifierService};
 use specd_verifier::{Gemma4Target, LocalVerifier, VerifierLimits};

@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 use specd_wire::kv::{KvDeltaTensors, KvPair, KvSnapshot, POSITION_AXIS};
 
-use crate::engine::EngineError;
+use specd_drafter::EngineError;
 
 /// The last full-attention and last sliding layer's K/V of one sequence, rows in temporal
 /// order on axis 2 (`[1, kv_heads, rows, head_dim]`), exactly as the verifier holds them.

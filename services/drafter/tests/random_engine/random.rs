@@ -8,10 +8,11 @@ use candle_core::{Device, Tensor};
 use specd_core::sampling::{keyed_u64, mix64};
 use specd_wire::drafter::DrafterKind;
 
-use crate::engine::{
+use specd_drafter::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };
-use crate::mirror::KvMirror;
+
+use super::mirror::KvMirror;
 
 /// Uniformly random drafts over a vocabulary, for either carry kind.
 pub struct RandomDrafts {
