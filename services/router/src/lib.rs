@@ -30,6 +30,7 @@ mod run;
 pub mod sampling;
 mod serve;
 mod service;
+mod session_resume;
 mod sink;
 pub mod upstream;
 pub mod validate;

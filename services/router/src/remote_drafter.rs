@@ -14,16 +14,16 @@ use std::time::Instant;
 
 use specd_core::{DraftRequest, Drafter, OpenRequest, SamplingParams, SessionId};
 use specd_wire::drafter::{
-    draft_request, open_request, CloseRequest, DraftRequest as WireDraft, DrafterClient,
-    DrafterKind, MtpCarry, OpenHeader, OpenRequest as WireOpen, TokenCarry,
+    open_request, CloseRequest, DraftRequest as WireDraft, DrafterClient, DrafterKind, OpenHeader,
+    OpenRequest as WireOpen,
 };
-use specd_wire::{SnapshotChunk, WireTensor};
+use specd_wire::SnapshotChunk;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::Code;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::carry::{merge_deltas, WireCarry};
+use crate::carry::WireCarry;
 use crate::client_telemetry;
 use crate::deadline::with_deadline;
 use crate::drafters::{DrafterPool, Lease};
@@ -31,9 +31,10 @@ use crate::error::RemoteError;
 use crate::predraft::PredraftCounts;
 use crate::remote_verifier::RemoteSequence;
 use crate::sampling::sampling_to_wire;
+use crate::session_resume::SessionResume;
 use specd_telemetry::propagation::traced;
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct SessionState {
     /// The drafter the session lives on.
     lease: Option<Arc<Lease>>,
@@ -41,11 +42,8 @@ struct SessionState {
     session_id: Option<String>,
     /// Draft calls answered so far; the drafter's round numbers count these.
     rounds: u64,
-    /// The hidden state of the last carry, reused when no round happened since.
-    hidden: Option<WireTensor>,
-    /// Draft-model sessions: every token in the target cache as of the last draft call,
-    /// what a new session on another drafter starts from.
-    context: Vec<u32>,
+    /// What the session carries between rounds, by drafter kind.
+    resume: SessionResume,
     sampling: Option<SamplingParams>,
     /// The last Draft asked the drafter to pre-draft this round.
     predrafting: bool,
@@ -93,9 +91,9 @@ impl<'a> RemoteSession<'a> {
         resyncs: Arc<AtomicU32>,
         predraft: Option<Arc<PredraftCounts>>,
     ) -> Self {
-        // An MTP drafter needs each verify's hidden state: it cannot draft ahead.
         let kind = lease.info().kind;
-        let predraft = predraft.filter(|_| kind == DrafterKind::DraftModel);
+        let resume = SessionResume::of(kind);
+        let predraft = predraft.filter(|_| resume.predrafts());
         Self {
             pool,
             kind,
@@ -105,7 +103,11 @@ impl<'a> RemoteSession<'a> {
             predraft,
             state: Mutex::new(SessionState {
                 lease: Some(Arc::new(lease)),
-                ..SessionState::default()
+                session_id: None,
+                rounds: 0,
+                resume,
+                sampling: None,
+                predrafting: false,
             }),
             opening: Arc::default(),
         }
@@ -130,16 +132,12 @@ impl<'a> RemoteSession<'a> {
         lock(&self.state)
     }
 
-    fn is_mtp(&self) -> bool {
-        self.kind == DrafterKind::Mtp
-    }
-
     /// What an Open of a session at `committed_len` sends.
     fn open_messages(
         &self,
         sampling: &SamplingParams,
         committed_len: usize,
-        context: Vec<u32>,
+        resume: &SessionResume,
         snapshot: Vec<SnapshotChunk>,
     ) -> Result<Vec<WireOpen>, RemoteError> {
         let committed_len = u32::try_from(committed_len)
@@ -147,7 +145,7 @@ impl<'a> RemoteSession<'a> {
         let header = OpenHeader {
             sampling: Some(sampling_to_wire(sampling)),
             committed_len,
-            context_ids: if self.is_mtp() { Vec::new() } else { context },
+            context_ids: resume.context_ids(),
         };
         let mut messages = vec![WireOpen {
             body: Some(open_request::Body::Header(header)),
@@ -238,29 +236,6 @@ impl<'a> RemoteSession<'a> {
         }
     }
 
-    /// The MTP carry of the rounds since the last draft, and the hidden state it ends on.
-    fn mtp_carry(
-        carries: Vec<WireCarry>,
-        last_hidden: Option<WireTensor>,
-    ) -> Result<(MtpCarry, WireTensor), RemoteError> {
-        let mut hidden = last_hidden;
-        let mut deltas = Vec::new();
-        for carry in carries {
-            if carry.hidden.is_some() {
-                hidden = carry.hidden;
-            }
-            deltas.extend(carry.delta);
-        }
-        let hidden = hidden.ok_or_else(|| {
-            RemoteError::protocol("verifier", "no hidden state for the MTP drafter")
-        })?;
-        let carry = MtpCarry {
-            hidden: Some(hidden.clone()),
-            delta: merge_deltas(deltas)?,
-        };
-        Ok((carry, hidden))
-    }
-
     /// Re-opens the session on another drafter at `committed_len` and drafts round 1
     /// there. Tries every usable drafter of this kind; the error of the last try when none
     /// is left.
@@ -270,8 +245,7 @@ impl<'a> RemoteSession<'a> {
         mut last: RemoteError,
         wire: WireDraft,
         committed_len: usize,
-        hidden: Option<WireTensor>,
-        context: Vec<u32>,
+        resume: SessionResume,
     ) -> Result<Vec<u32>, RemoteError> {
         let sampling = self
             .state()
@@ -283,13 +257,13 @@ impl<'a> RemoteSession<'a> {
                 return Err(last);
             };
             tried.push(lease.url().to_owned());
-            if self.is_mtp() && snapshot.is_none() {
+            if resume.needs_snapshot() && snapshot.is_none() {
                 snapshot = Some(self.verifier.snapshot().await?);
             }
             let messages = self.open_messages(
                 &sampling,
                 committed_len,
-                context.clone(),
+                &resume,
                 snapshot.clone().unwrap_or_default(),
             )?;
             let session_id = match self.open_on(&lease, messages).await {
@@ -299,14 +273,7 @@ impl<'a> RemoteSession<'a> {
                     continue;
                 }
             };
-            let carry = if self.is_mtp() {
-                draft_request::Carry::Mtp(MtpCarry {
-                    hidden: hidden.clone(),
-                    delta: None,
-                })
-            } else {
-                draft_request::Carry::Tokens(TokenCarry::default())
-            };
+            let carry = resume.first_carry();
             let max = u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX);
             let first = WireDraft {
                 session_id: session_id.clone(),
@@ -326,8 +293,7 @@ impl<'a> RemoteSession<'a> {
                         lease: Some(Arc::new(lease)),
                         session_id: Some(session_id),
                         rounds: 1,
-                        hidden,
-                        context,
+                        resume,
                         sampling: Some(sampling),
                         predrafting,
                     };
@@ -392,34 +358,22 @@ impl Drafter for RemoteSession<'_> {
     type Error = RemoteError;
 
     fn kind(&self) -> &'static str {
-        if self.is_mtp() {
-            "mtp"
-        } else {
-            "draft_model"
-        }
+        SessionResume::of(self.kind).label()
     }
 
     async fn open(&self, request: OpenRequest<WireCarry>) -> Result<(), RemoteError> {
-        let snapshot = if self.is_mtp() {
-            request.carry.snapshot
-        } else {
-            Vec::new()
-        };
+        let resume = self.state().resume.clone();
+        let (resume, snapshot) = resume.opened(request.carry, &request.prompt_ids);
         let messages = self.open_messages(
             &request.sampling,
             request.prompt_ids.len(),
-            request.prompt_ids.clone(),
+            &resume,
             snapshot,
         )?;
         {
             let mut state = self.state();
             state.sampling = Some(request.sampling);
-            state.hidden = request.carry.hidden;
-            state.context = if self.is_mtp() {
-                Vec::new()
-            } else {
-                request.prompt_ids
-            };
+            state.resume = resume;
         }
         let mut tried = Vec::new();
         let mut lease = self.state().lease.take();
@@ -464,17 +418,9 @@ impl Drafter for RemoteSession<'_> {
             .ok_or_else(|| RemoteError::protocol("router", "invalid committed length"))?;
         let committed_len = request.committed_len;
         let wire_round = state.rounds + 1;
-        let (carry, hidden, context) = if self.is_mtp() {
-            let (carry, hidden) = Self::mtp_carry(request.carries, state.hidden)?;
-            (draft_request::Carry::Mtp(carry), Some(hidden), Vec::new())
-        } else {
-            let mut context = state.context;
-            context.extend_from_slice(&request.committed_tokens);
-            let carry = draft_request::Carry::Tokens(TokenCarry {
-                committed: request.committed_tokens,
-            });
-            (carry, None, context)
-        };
+        let (carry, resume) = state
+            .resume
+            .advance(request.carries, request.committed_tokens)?;
         let wire = WireDraft {
             session_id: session_id.clone(),
             round: wire_round,
@@ -493,8 +439,7 @@ impl Drafter for RemoteSession<'_> {
                 }
                 let mut live = self.state();
                 live.rounds = wire_round;
-                live.hidden = hidden;
-                live.context = context;
+                live.resume = resume;
                 live.predrafting = wire.predraft;
                 Ok(drafts)
             }
@@ -510,23 +455,14 @@ impl Drafter for RemoteSession<'_> {
                 }
                 let avoid = failure.avoid_endpoint;
                 let last = self.note_failure(&lease, failure)?;
-                if !self.is_mtp() && context.len() != committed_len {
-                    return Err(RemoteError::protocol(
-                        "router",
-                        format!(
-                            "context of {} tokens for a committed length of {committed_len}",
-                            context.len()
-                        ),
-                    ));
-                }
+                resume.check(committed_len)?;
                 let tried = if avoid {
                     vec![lease.url().to_owned()]
                 } else {
                     Vec::new()
                 };
                 drop(lease);
-                self.resync(tried, last, wire, committed_len, hidden, context)
-                    .await
+                self.resync(tried, last, wire, committed_len, resume).await
             }
         }
     }
