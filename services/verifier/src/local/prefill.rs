@@ -1,0 +1,117 @@
+//! Admission (the sequence limit and the K/V budget) and prefill of a new sequence.
+
+use super::*;
+
+impl<T: TargetModel> LocalVerifier<T> {
+    /// Checks a prefill and reserves its worst case: the prompt, `max_new_tokens` (the whole
+    /// context when unknown) and the rollback slack of one verify block. The reservation
+    /// lasts until [`Self::release_sync`].
+    pub(crate) fn admit(
+        &self,
+        request: &PrefillRequest,
+        max_new_tokens: Option<usize>,
+    ) -> Result<(), VerifierError> {
+        if request.prompt_ids.is_empty() {
+            return Err(VerifierError::invalid("prompt_ids", "must not be empty"));
+        }
+        self.check_tokens("prompt_ids", &request.prompt_ids)?;
+        request
+            .sampling
+            .validate()
+            .map_err(|e| VerifierError::invalid(e.field, e.reason))?;
+        let limit = self.target.max_context();
+        if request.prompt_ids.len() >= limit {
+            return Err(VerifierError::out_of_range(
+                "prompt_ids",
+                format!(
+                    "{} prompt tokens leave no room in the context limit of {limit}",
+                    request.prompt_ids.len()
+                ),
+            ));
+        }
+        if self.sequences.contains_key(&request.seq) {
+            return Err(VerifierError::DuplicateSequence(request.seq));
+        }
+        let tokens = match max_new_tokens {
+            Some(new) => request
+                .prompt_ids
+                .len()
+                .saturating_add(new)
+                .saturating_add(MAX_ROLLBACK + 1)
+                .min(limit),
+            None => limit,
+        };
+        let wanted = Reservation {
+            tokens,
+            bytes: self.target.kv_bytes_bound(tokens),
+        };
+        self.admissions.reserve(request.seq, wanted)
+    }
+
+    /// Samples the first token of a prefilled cache and makes the sequence live. The
+    /// sequence must have been admitted; one released meanwhile stays gone.
+    pub(crate) fn finish_prefill(
+        &self,
+        request: PrefillRequest,
+        cache: T::Cache,
+        hidden: Tensor,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        let first_token = token_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
+        let len = self.target.cache_len(&cache);
+        let carry = if request.want_carry {
+            Some(TargetCarry {
+                hidden,
+                shared_kv: self.target.shared_kv(&cache, 0, len).ok().flatten(),
+                committed: request.prompt_ids.clone(),
+                committed_len: len,
+            })
+        } else {
+            None
+        };
+        let entry = Sequence {
+            cache,
+            sampling: request.sampling,
+            last_round: None,
+        };
+        // The vacant entry keeps a release of this id waiting until the sequence is in, so a
+        // release either finds it or ends the admission before this checks it.
+        match self.sequences.entry(request.seq) {
+            Entry::Occupied(_) => return Err(VerifierError::DuplicateSequence(request.seq)),
+            Entry::Vacant(_) if !self.admissions.holds(request.seq) => {
+                return Err(VerifierError::UnknownSequence(request.seq))
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Arc::new(Mutex::new(entry)));
+            }
+        }
+        Ok(Prefilled { first_token, carry })
+    }
+
+    pub fn prefill_sync(
+        &self,
+        request: PrefillRequest,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        self.prefill_sync_with_budget(request, None)
+    }
+
+    /// A prefill that reserves K/V for `max_new_tokens` generated tokens (the whole context
+    /// when `None`).
+    pub fn prefill_sync_with_budget(
+        &self,
+        request: PrefillRequest,
+        max_new_tokens: Option<usize>,
+    ) -> Result<Prefilled<TargetCarry>, VerifierError> {
+        self.admit(&request, max_new_tokens)?;
+        let seq = request.seq;
+        let run = || {
+            let mut cache = self.target.new_cache()?;
+            let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
+            self.finish_prefill(request, cache, hidden)
+        };
+        let result = run();
+        if result.is_err() {
+            self.admissions.release(seq);
+        }
+        result
+    }
+}

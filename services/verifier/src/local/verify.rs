@@ -1,0 +1,160 @@
+//! One verify round of a live sequence: replay or check, the forward, acceptance and
+//! rollback.
+
+use super::*;
+
+impl<T: TargetModel> LocalVerifier<T> {
+    /// Replays a retried round or checks a new one before its forward.
+    pub(crate) fn begin_verify(
+        &self,
+        seq: &Sequence<T::Cache>,
+        request: &VerifyRequest,
+    ) -> Result<VerifyStart, VerifierError> {
+        if let Some((round, tokens, answer)) = &seq.last_round {
+            if *round == request.round {
+                if *tokens != request.tokens {
+                    return Err(VerifierError::invalid(
+                        "round",
+                        "a retried round must send the same tokens",
+                    ));
+                }
+                return Ok(VerifyStart::Replay(answer.clone()));
+            }
+        }
+        let tokens = &request.tokens;
+        if tokens.is_empty() {
+            return Err(VerifierError::invalid(
+                "tokens",
+                "must hold at least the bonus token",
+            ));
+        }
+        if tokens.len() > MAX_ROLLBACK + 1 {
+            return Err(VerifierError::out_of_range(
+                "tokens",
+                format!(
+                    "a block of {} tokens exceeds the maximum of {}",
+                    tokens.len(),
+                    MAX_ROLLBACK + 1
+                ),
+            ));
+        }
+        if request.budget == 0 {
+            return Err(VerifierError::invalid("budget", "must be at least 1"));
+        }
+        self.check_tokens("tokens", tokens)?;
+        let start_len = self.target.cache_len(&seq.cache);
+        let limit = self.target.max_context();
+        if start_len + tokens.len() > limit {
+            return Err(VerifierError::out_of_range(
+                "tokens",
+                format!(
+                    "the sequence would reach {} tokens, over the context limit of {limit}",
+                    start_len + tokens.len()
+                ),
+            ));
+        }
+        Ok(VerifyStart::Run { start_len })
+    }
+
+    /// Accepts and rolls back a forwarded block (`hidden`: every position's hidden,
+    /// `targets`: the target's token at each), and records the answer for retries. On error
+    /// the cache is left as before the round.
+    pub(crate) fn finish_verify(
+        &self,
+        seq: &mut Sequence<T::Cache>,
+        request: &VerifyRequest,
+        hidden: &Tensor,
+        targets: &[u32],
+        start_len: usize,
+    ) -> Result<Verified<TargetCarry>, VerifierError> {
+        let outcome = accept_and_rollback(
+            &*self.target,
+            &mut seq.cache,
+            &request.tokens,
+            hidden,
+            targets,
+            start_len,
+            request.budget,
+            request.want_carry,
+        );
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        let answer = Verified {
+            accepted: outcome.accepted.accepted,
+            new_tokens: outcome.accepted.new_tokens,
+            carry: request.want_carry.then_some(outcome.carry),
+            forward: None,
+        };
+        seq.last_round = Some((request.round, request.tokens.clone(), answer.clone()));
+        Ok(answer)
+    }
+
+    /// The first position the sequence's sliding shared K/V still holds, when the target
+    /// exports one.
+    pub(crate) fn sliding_start(
+        &self,
+        seq: &Sequence<T::Cache>,
+    ) -> Result<Option<usize>, VerifierError> {
+        let len = self.target.cache_len(&seq.cache);
+        Ok(self
+            .target
+            .shared_kv(&seq.cache, 0, len)?
+            .and_then(|kv| kv.sliding.map(|s| s.start)))
+    }
+
+    pub fn verify_sync(
+        &self,
+        request: VerifyRequest,
+    ) -> Result<Verified<TargetCarry>, VerifierError> {
+        let seq = self.sequence(request.seq)?;
+        let mut seq = lock(&seq);
+        let start_len = match self.begin_verify(&seq, &request)? {
+            VerifyStart::Replay(answer) => return Ok(answer),
+            VerifyStart::Run { start_len } => start_len,
+        };
+        let started = Instant::now();
+        let forwarded = {
+            let mut rows = [(&mut seq.cache, request.tokens.as_slice())];
+            self.target.forward_blocks(&mut rows)
+        };
+        let hidden = match forwarded.map(|mut rows| rows.pop()) {
+            Ok(Some(hidden)) => hidden,
+            Ok(None) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(VerifierError::invalid("tokens", "empty forward"));
+            }
+            Err(e) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        let targets = block_tokens(
+            &*self.target,
+            HeadRows {
+                hidden: &hidden,
+                sampling: &seq.sampling,
+                output_index_base: request.output_index_base,
+            },
+        );
+        let targets = match targets {
+            Ok(targets) => targets,
+            Err(e) => {
+                let _ = self.target.truncate(&mut seq.cache, start_len);
+                return Err(e);
+            }
+        };
+        let mut answer = self.finish_verify(&mut seq, &request, &hidden, &targets, start_len)?;
+        // Acceptance on the logits is part of what a verify of this width costs.
+        answer.forward = Some(ForwardCost {
+            tokens: request.tokens.len(),
+            rows: 1,
+            time: started.elapsed(),
+        });
+        Ok(answer)
+    }
+}
