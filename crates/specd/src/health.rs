@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use specd_wire::tls::ClientTls;
+use specd_wire::tls::{secure_endpoint, ClientTls};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -47,16 +47,10 @@ pub fn run(args: HealthArgs) -> Result<()> {
             args.tls_key.as_deref(),
             ["--tls-ca", "--tls-cert", "--tls-key"],
         )?;
-        let mut endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
+        let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
             .with_context(|| format!("addr: {} is not a valid URL", args.addr))?;
-        let https = endpoint.uri().scheme_str() == Some("https");
-        match (tls, https) {
-            (Some(tls), true) => endpoint = endpoint.tls_config(tls.config(None))?,
-            (None, false) => {}
-            (None, true) => bail!("addr: an https:// address needs --tls-ca"),
-            (Some(_), false) => bail!("--tls-ca: the address is http://; use https://"),
-        }
-        let channel = endpoint
+        let channel = secure_endpoint(endpoint, tls.as_ref(), None, "--tls-ca")
+            .with_context(|| format!("addr: {}", args.addr))?
             .connect_timeout(timeout)
             .timeout(timeout)
             .connect()

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specd_core::{
-    BlockSizeConfig, EventSink, Finish, GenerationRequest, HybridDrafter, RequestControl,
+    BlockSizeConfig, Drafter, EventSink, Finish, GenerationRequest, HybridDrafter, RequestControl,
     RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
 };
 use specd_wire::drafter::DrafterKind;
 use tonic::Status;
 
 use crate::admission::Admission;
+use crate::carry::WireCarry;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
@@ -138,12 +139,10 @@ impl RouterState {
             },
             block_size,
         };
-        let text = &*self.text;
         let result = match (&self.drafters, block.is_speculative()) {
             (Drafters::Ngram(ngram), true) => {
                 let verifier = self.sequence(options, scope);
-                RoundLoop::new(&verifier, Some(&**ngram), text)
-                    .with_vocab_size(self.limits.vocab_size)
+                self.round_loop(&verifier, Some(&**ngram))
                     .run(request(block), sink, control)
                     .await
             }
@@ -168,14 +167,12 @@ impl RouterState {
                             Drafters::Hybrid { lookup, .. } => {
                                 let hybrid = HybridDrafter::new(session, lookup.config())
                                     .map_err(|e| Status::internal(e.to_string()))?;
-                                RoundLoop::new(&verifier, Some(&hybrid), text)
-                                    .with_vocab_size(self.limits.vocab_size)
+                                self.round_loop(&verifier, Some(&hybrid))
                                     .run(request(block), sink, control)
                                     .await
                             }
                             _ => {
-                                RoundLoop::new(&verifier, Some(&session), text)
-                                    .with_vocab_size(self.limits.vocab_size)
+                                self.round_loop(&verifier, Some(&session))
                                     .run(request(block), sink, control)
                                     .await
                             }
@@ -185,8 +182,7 @@ impl RouterState {
                     None => match &self.drafters {
                         Drafters::Hybrid { lookup, .. } => {
                             let verifier = self.sequence(options, scope);
-                            RoundLoop::new(&verifier, Some(&**lookup), text)
-                                .with_vocab_size(self.limits.vocab_size)
+                            self.round_loop(&verifier, Some(&**lookup))
                                 .run(request(block), sink, control)
                                 .await
                         }
@@ -243,6 +239,16 @@ impl RouterState {
         RoundLoop::plain(&verifier, &*self.text)
             .run(request, sink, control)
             .await
+    }
+
+    /// The round loop of a speculating request: drafts are checked against the target's
+    /// vocabulary, so a drafter proposing other ids ends speculation, not the request.
+    fn round_loop<'a, D: Drafter<Carry = WireCarry>>(
+        &'a self,
+        verifier: &'a RemoteSequence,
+        drafter: Option<&'a D>,
+    ) -> RoundLoop<'a, RemoteSequence, D, TargetText> {
+        RoundLoop::new(verifier, drafter, &*self.text).with_vocab_size(self.limits.vocab_size)
     }
 
     fn block_config(&self, choice: BlockChoice) -> BlockSizeConfig {

@@ -21,7 +21,7 @@ use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
 use crate::predraft::PredraftCounts;
 use crate::report::RequestFacts;
 use crate::run::{RequestScope, RouterState};
-use crate::sink::{CollectSink, StreamSink};
+use crate::sink::{send_unless_stalled, CollectSink, StreamSink};
 use crate::upstream::Upstream;
 use crate::validate::{plan, Plan};
 use crate::verifiers::{PoolError, VerifierPool, VerifierSource};
@@ -298,12 +298,8 @@ impl GenerationService {
                 tokio::select! {
                     result = state.run(plan, &mut sink, admitted.control(), &scope) => {
                         if let Err(status) = result {
-                            let send = watch.send(Err(status));
                             // A client that stopped reading does not hold the request here.
-                            let _ = match stall {
-                                Some(stall) => tokio::time::timeout(stall, send).await.ok(),
-                                None => Some(send.await),
-                            };
+                            let _ = send_unless_stalled(&watch, Err(status), stall).await;
                         }
                     }
                     // The client is gone: dropping the round loop frees its sequence and session.

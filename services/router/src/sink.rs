@@ -78,21 +78,31 @@ impl EventSink for StreamSink {
                 }
             }
         };
-        let send = self.sender.send(Ok(message));
-        match self.stall_timeout {
-            None => send.await.map_err(|_| SinkClosed),
-            // A client that stopped reading holds its place, sequence and session until this
-            // ends it: the request is dropped like a cancelled one.
-            Some(timeout) => match tokio::time::timeout(timeout, send).await {
-                Ok(sent) => sent.map_err(|_| SinkClosed),
-                Err(_) => {
-                    tracing::warn!(
-                        ?timeout,
-                        "stream client read nothing for --stream-stall-timeout-secs; request ended"
-                    );
-                    Err(SinkClosed)
-                }
-            },
-        }
+        // A client that stopped reading holds its place, sequence and session until this
+        // ends it: the request is dropped like a cancelled one.
+        send_unless_stalled(&self.sender, Ok(message), self.stall_timeout).await
+    }
+}
+
+/// Queues `message` for the client, waiting at most `stall_timeout` (`None`: forever) for
+/// room; `SinkClosed` when the client is gone or read nothing for that long.
+pub(crate) async fn send_unless_stalled(
+    sender: &mpsc::Sender<Result<GenerateStreamResponse, Status>>,
+    message: Result<GenerateStreamResponse, Status>,
+    stall_timeout: Option<Duration>,
+) -> Result<(), SinkClosed> {
+    let send = sender.send(message);
+    match stall_timeout {
+        None => send.await.map_err(|_| SinkClosed),
+        Some(timeout) => match tokio::time::timeout(timeout, send).await {
+            Ok(sent) => sent.map_err(|_| SinkClosed),
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    "stream client read nothing for --stream-stall-timeout-secs; request ended"
+                );
+                Err(SinkClosed)
+            }
+        },
     }
 }

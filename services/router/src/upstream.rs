@@ -2,7 +2,7 @@
 //! certificate the router presents to services that require one.
 
 use specd_wire::limits::MessageLimits;
-use specd_wire::tls::ClientTls;
+use specd_wire::tls::{secure_endpoint, ClientTls};
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
@@ -33,8 +33,7 @@ impl Upstream {
 
     /// A lazily connecting channel to `url`. `server_name` is the name the server's
     /// certificate must carry when `url` holds an address instead (members found through
-    /// DNS); by default it is the URL's host. A URL whose scheme does not match the TLS
-    /// setting is refused rather than silently downgraded or failing at the first call.
+    /// DNS); by default it is the URL's host.
     pub(crate) fn channel(&self, url: &str, server_name: Option<&str>) -> Result<Channel, String> {
         let endpoint = Endpoint::from_shared(url.to_owned())
             .map_err(|e| e.to_string())?
@@ -43,23 +42,13 @@ impl Upstream {
             .http2_keep_alive_interval(KEEPALIVE)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
-        let https = endpoint.uri().scheme_str() == Some("https");
-        let endpoint = match (&self.tls, https) {
-            (Some(tls), true) => endpoint
-                .tls_config(tls.config(server_name))
-                .map_err(|e| e.to_string())?,
-            (None, false) => endpoint,
-            (None, true) => {
-                return Err(
-                    "an https:// URL needs --upstream-tls-ca (the CA its certificate \
-                            chains to)"
-                        .into(),
-                )
-            }
-            (Some(_), false) => {
-                return Err("upstream TLS is configured (--upstream-tls-ca): use https://".into())
-            }
-        };
+        let endpoint = secure_endpoint(
+            endpoint,
+            self.tls.as_ref(),
+            server_name,
+            "--upstream-tls-ca",
+        )
+        .map_err(|e| e.to_string())?;
         Ok(endpoint.connect_lazy())
     }
 }
