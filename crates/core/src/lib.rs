@@ -2,7 +2,7 @@
 //!
 //! * [`sampling`]: the stateless keyed sampler shared by plain decoding and verification.
 //! * [`acceptance`]: the acceptance walk over a verified block.
-//! * [`block_size`]: the adaptive block-size rule and its per-request controller.
+//! * [`block_size`]: how many tokens each round verifies, decided by one [`BlockPlanner`].
 //! * [`stats`]: per-request speculative statistics.
 //! * [`stop`]: stop conditions and incremental text output.
 //! * [`verifier`] and [`drafter`]: the two sides of a round, as async traits.
@@ -31,7 +31,8 @@ pub mod verifier;
 
 pub use acceptance::{accept_drafts, accept_with_targets, Accepted};
 pub use block_size::{
-    load_block_cap, BlockSizeConfig, BlockSizeController, GovernedRound, SpeculationGovernor,
+    load_block_cap, BlockPlanner, BlockSizeConfig, BlockSizeController, GovernedRound,
+    SpeculationGovernor,
 };
 pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 pub use fallback::{DrafterFallback, FallbackCause};

@@ -17,7 +17,7 @@
 
 use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::cost_estimates::{seconds, CostEstimates, Ewma, MAX_TRACKED_BLOCK};
@@ -129,14 +129,15 @@ impl PooledAcceptance {
     }
 }
 
-/// A draft call in progress; counts as drafting until dropped.
-pub struct Drafting<'a> {
-    governor: &'a SpeculationGovernor,
+/// A draft call in progress; counts as drafting until dropped. It holds the governor, so a
+/// request can keep it across its own draft call.
+pub struct Drafting {
+    governor: Arc<SpeculationGovernor>,
     /// Requests drafting when this call started, itself included.
     pub concurrent: usize,
 }
 
-impl Drop for Drafting<'_> {
+impl Drop for Drafting {
     fn drop(&mut self) {
         self.governor.drafting.fetch_sub(1, Ordering::Relaxed);
     }
@@ -180,10 +181,10 @@ impl SpeculationGovernor {
     }
 
     /// Marks a draft call as started.
-    pub fn drafting(&self) -> Drafting<'_> {
+    pub fn drafting(self: &Arc<Self>) -> Drafting {
         let concurrent = self.drafting.fetch_add(1, Ordering::Relaxed) + 1;
         Drafting {
-            governor: self,
+            governor: Arc::clone(self),
             concurrent,
         }
     }
@@ -580,7 +581,7 @@ mod tests {
 
     #[test]
     fn drafts_that_queue_on_one_drafter_count_once_per_step() {
-        let governor = SpeculationGovernor::new(1, 5);
+        let governor = Arc::new(SpeculationGovernor::new(1, 5));
         let drafting: Vec<_> = (0..3).map(|_| governor.drafting()).collect();
         assert_eq!(drafting.last().map(|d| d.concurrent), Some(3));
         drop(drafting);

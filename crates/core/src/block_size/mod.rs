@@ -1,4 +1,10 @@
 //! Adaptive block size: how many tokens each round verifies.
+//!
+//! [`BlockPlanner`] is the entry point: it answers "the block size for this round" and learns
+//! from the round's outcome. The rest are its parts: the rule over the acceptance history
+//! (`rule`), the per-request controller and cost-aware policy (`controller`, `cost_policy`,
+//! `cost_estimates`), the process-wide governor and its forward-cost curve (`governor`,
+//! `forward_curve`), and the load cap a server sets from its running requests (`load_cap`).
 
 mod controller;
 mod cost_estimates;
@@ -6,6 +12,7 @@ mod cost_policy;
 mod forward_curve;
 mod governor;
 mod load_cap;
+mod planner;
 mod rule;
 
 pub use controller::{BlockSizeConfig, BlockSizeController};
@@ -14,4 +21,5 @@ pub use cost_policy::{CostAwarePolicy, DraftMeasurement, RoundMeasurement, Round
 pub use forward_curve::ForwardCurve;
 pub use governor::{Drafting, GovernedRound, SpeculationGovernor};
 pub use load_cap::load_block_cap;
+pub use planner::{BlockPlanner, DraftInProgress, PlannedBlock, RoundOutcome};
 pub use rule::{next_block_size, FULL_DEPTH_HIT_PERCENT, HISTORY_WINDOW, WARMUP_ROUNDS};

@@ -43,6 +43,11 @@ impl RequestControl {
         self.state.governor.as_deref()
     }
 
+    /// The process's governor as a shared handle, for a planner that outlives a borrow.
+    pub(crate) fn governor_handle(&self) -> Option<Arc<SpeculationGovernor>> {
+        self.state.governor.clone()
+    }
+
     /// Asks the request to stop before its next round. It then finishes with
     /// [`crate::FinishReason::Cancelled`] and frees its verifier sequence and drafter session.
     pub fn cancel(&self) {

@@ -14,9 +14,7 @@ use super::error::RoundLoopError;
 use super::events::{Event, EventSink, Finish, TokenDelta};
 use super::observe;
 use super::request::GenerationRequest;
-use crate::block_size::{
-    BlockSizeController, DraftMeasurement, GovernedRound, RoundMeasurement, SpeculationGovernor,
-};
+use crate::block_size::{BlockPlanner, DraftMeasurement, RoundOutcome};
 use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 use crate::fallback::{DrafterFallback, FallbackCause};
 use crate::finish::FinishReason;
@@ -130,7 +128,7 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     control: &'r RequestControl,
     cleanup: &'r mut Cleanup<'a, V, D>,
     stop: StopChecker<'a, T>,
-    controller: BlockSizeController,
+    planner: BlockPlanner,
     clock: &'a dyn Clock,
     vocab_size: Option<usize>,
     stats: SpecStats,
@@ -144,8 +142,6 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     /// still produce them).
     pending_carries: Vec<V::Carry>,
     pending_committed: Vec<u32>,
-    /// The governor judged speculation not worth a drafter session for this request.
-    declined: bool,
 }
 
 /// A drafter session's open in flight.
@@ -170,10 +166,10 @@ where
         control: &'r RequestControl,
         cleanup: &'r mut Cleanup<'a, V, D>,
     ) -> Self {
-        let mut controller = BlockSizeController::new(request.block_size);
-        let drafter = parts.drafter.filter(|_| controller.is_enabled());
+        let mut planner = BlockPlanner::new(request.block_size, control);
+        let drafter = parts.drafter.filter(|_| planner.may_draft());
         if drafter.is_none() {
-            controller.disable();
+            planner.stop_drafting();
         }
         let prompt = &request.prompt_ids;
         let context = &prompt[prompt.len().saturating_sub(DETOKENIZE_CONTEXT)..];
@@ -186,7 +182,7 @@ where
             control,
             cleanup,
             stop: StopChecker::new(parts.detokenizer, request.stop.clone(), context),
-            controller,
+            planner,
             clock: parts.clock,
             vocab_size: parts.vocab_size,
             stats: SpecStats::default(),
@@ -196,7 +192,6 @@ where
             round: 0,
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
-            declined: false,
         }
     }
 
@@ -233,23 +228,16 @@ where
         Ok(finish)
     }
 
-    /// Runs plain, with no drafter session at all, when the process's estimates say that
-    /// speculation would not save what opening the session costs (a short request, or
-    /// plain rows batching better under load). Only for requests that left their block
-    /// size to specd.
+    /// Runs plain, with no drafter session at all, when the planner says speculation would
+    /// not pay for opening the session.
     fn decline_unpaying_speculation(&mut self) {
-        let Some(governor) = self.control.governor() else {
-            return;
-        };
-        if self.drafter.is_none() || !self.controller.is_cost_aware() {
-            return;
-        }
         let prompt_len = self.request.prompt_ids.len();
-        if !governor.worth_opening(prompt_len, self.request.stop.max_tokens) {
+        if self
+            .planner
+            .decline_unpaying(prompt_len, self.request.stop.max_tokens)
+        {
             debug!(seq = %self.request.seq, "speculation declined: it would not pay");
             self.drafter = None;
-            self.controller.disable();
-            self.declined = true;
         }
     }
 
@@ -322,10 +310,9 @@ where
     fn opened(&mut self, outcome: Result<(), D::Error>, started: std::time::Instant) {
         match outcome {
             Ok(()) => {
-                if let Some(governor) = self.control.governor() {
-                    let time = self.clock.now().saturating_duration_since(started);
-                    governor.record_open(self.request.prompt_ids.len(), time);
-                }
+                let time = self.clock.now().saturating_duration_since(started);
+                self.planner
+                    .record_open(self.request.prompt_ids.len(), time);
             }
             Err(error) => self.fall_back(FallbackCause::Open, error.to_string()),
         }
@@ -341,33 +328,15 @@ where
         if budget == 0 {
             return Ok(Some(FinishReason::Length));
         }
-        let governed = self
-            .controller
-            .is_cost_aware()
-            .then(|| self.control.governed_cap())
-            .flatten();
-        let cap = match (self.control.block_cap(), governed) {
-            (Some(set), Some(governed)) => Some(set.min(governed)),
-            (set, governed) => set.or(governed),
-        };
-        self.controller.set_cap(cap);
-        let block_size = if opening {
-            1
-        } else {
-            self.plan_block(budget + 1)
-        };
-        if self.declined || (governed == Some(1) && self.drafter.is_some()) {
-            self.stats.speculation_off_rounds += 1;
-        }
+        let block_size = self.plan_block(budget + 1, opening);
         observe::block_size(block_size);
         let mut draft_measurement = None;
         let mut drafting_alongside = 1;
-        let control = self.control.clone();
         let drafts = match self.drafter {
             Some(drafter) if block_size > 1 => {
                 let catch_up = self.pending_carries.len() > 1;
-                let drafting = control.governor().map(SpeculationGovernor::drafting);
-                drafting_alongside = drafting.as_ref().map_or(1, |d| d.concurrent);
+                let in_progress = self.planner.draft_started();
+                drafting_alongside = in_progress.concurrent();
                 let start = self.clock.now();
                 let drafts = self.draft(drafter, block_size - 1).await;
                 draft_measurement = Some(DraftMeasurement {
@@ -382,23 +351,14 @@ where
         let verify_start = self.clock.now();
         let verified = self.verify(&drafts, budget).await?;
         let verify_time = self.clock.now().saturating_duration_since(verify_start);
-        self.controller.observe(&RoundMeasurement {
+        self.planner.observe(&RoundOutcome {
             draft: draft_measurement,
-            verified: drafts.len() + 1,
+            drafting_alongside,
+            drafted: drafts.len(),
             verify_time,
+            forward: verified.forward,
             accepted: verified.accepted,
         });
-        if let Some(governor) = control.governor() {
-            governor.record(&GovernedRound {
-                draft: draft_measurement
-                    .filter(|d| !d.catch_up)
-                    .map(|d| (d.steps, d.time, drafting_alongside)),
-                forward: verified.forward,
-                verify_time,
-                drafted: drafts.len(),
-                accepted: verified.accepted,
-            });
-        }
         let committed_before = self.committed_len;
         let accepted = verified.accepted;
         self.commit(&drafts, accepted, verified.carry);
@@ -419,19 +379,21 @@ where
         Ok(None)
     }
 
-    /// The next round's block size, counting rounds the cost-aware policy runs plain.
-    fn plan_block(&mut self, remaining: usize) -> usize {
-        let plan = self.controller.plan(remaining);
+    /// The planner's block size for the next round, booked in the stats.
+    fn plan_block(&mut self, remaining: usize, opening: bool) -> usize {
+        let plan = self
+            .planner
+            .plan(remaining, opening, self.drafter.is_some());
         if plan.speculation_off {
             self.stats.speculation_off_rounds += 1;
         }
-        if plan.switched {
+        if let Some(on) = plan.switched {
             self.stats.speculation_switches += 1;
-            observe::speculation_switch(!self.controller.is_speculation_off());
+            observe::speculation_switch(on);
             debug!(
                 seq = %self.request.seq,
                 round = self.round,
-                off = self.controller.is_speculation_off(),
+                off = !on,
                 "speculation switched"
             );
         }
@@ -477,9 +439,6 @@ where
         self.stats.record_round(drafts.len(), accepted);
         let drafter_kind = self.drafter.map_or("none", |drafter| drafter.kind());
         observe::verified(drafter_kind, drafts.len(), accepted);
-        if !drafts.is_empty() {
-            self.controller.record(accepted);
-        }
         self.committed_len += accepted + 1;
         if self.drafter.is_some() {
             match carry {
@@ -555,7 +514,7 @@ where
             cause,
             message,
         });
-        self.controller.disable();
+        self.planner.stop_drafting();
         self.drafter = None;
         self.pending_carries.clear();
         self.pending_committed.clear();

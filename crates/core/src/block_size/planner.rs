@@ -1,0 +1,276 @@
+//! The one place a round's block size is decided.
+//!
+//! Four things bound it, and [`BlockPlanner`] merges them in this order:
+//! 1. the request's rule ([`super::next_block_size`] over its acceptance history, the
+//!    requested and configured sizes, the tokens left);
+//! 2. the load cap the caller sets on the request's [`RequestControl`] (for example
+//!    [`super::load_block_cap`] from the running requests' count);
+//! 3. the process's [`SpeculationGovernor`] cap, for requests that left their block size to
+//!    specd;
+//! 4. within those, the request's cost-aware policy, which picks the cheapest size per token
+//!    it measured and may run rounds plain.
+//!
+//! The planner also feeds every verified round back to the policy, the history and the
+//! governor, so the round loop only drafts, verifies, commits and emits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::controller::{BlockSizeConfig, BlockSizeController};
+use super::cost_policy::{DraftMeasurement, RoundMeasurement};
+use super::governor::{Drafting, GovernedRound, SpeculationGovernor};
+use crate::round_loop::RequestControl;
+use crate::verifier::ForwardCost;
+
+/// Decides each round's block size for one request and learns from its rounds.
+#[derive(Debug)]
+pub struct BlockPlanner {
+    controller: BlockSizeController,
+    /// The request's control: its load cap may change between rounds.
+    control: RequestControl,
+    governor: Option<Arc<SpeculationGovernor>>,
+    /// The governor judged speculation not worth a drafter session for this request.
+    declined: bool,
+}
+
+/// One round's block size and what it means for the request's stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedBlock {
+    /// Tokens to verify: the bonus token and `block_size - 1` drafts.
+    pub block_size: usize,
+    /// A round run plain although the request drafts: declined up front, capped to 1 by the
+    /// governor, or switched off by the cost-aware policy.
+    pub speculation_off: bool,
+    /// The cost-aware policy switched speculation on (`Some(true)`) or off (`Some(false)`).
+    pub switched: Option<bool>,
+}
+
+/// A draft call in progress, as the planner counts it (drafters queue draft calls, so calls
+/// running at once make each other slower).
+pub struct DraftInProgress {
+    _drafting: Option<Drafting>,
+    /// Requests drafting when this call started, itself included.
+    concurrent: usize,
+}
+
+/// What a verified round cost and yielded.
+#[derive(Clone, Copy, Debug)]
+pub struct RoundOutcome {
+    /// The draft call, when the round drafted.
+    pub draft: Option<DraftMeasurement>,
+    /// [`DraftInProgress`]'s count for that call (1 without a governor).
+    pub drafting_alongside: usize,
+    /// Drafts verified.
+    pub drafted: usize,
+    /// Wall time of the verify call.
+    pub verify_time: Duration,
+    /// The forward the verify ran in, when the verifier reported it.
+    pub forward: Option<ForwardCost>,
+    /// Drafts accepted.
+    pub accepted: usize,
+}
+
+impl BlockPlanner {
+    /// A planner for a request asking for `config`, governed through `control`.
+    pub fn new(config: BlockSizeConfig, control: &RequestControl) -> Self {
+        Self {
+            controller: BlockSizeController::new(config),
+            control: control.clone(),
+            governor: control.governor_handle(),
+            declined: false,
+        }
+    }
+
+    /// Whether rounds may still draft.
+    pub fn may_draft(&self) -> bool {
+        self.controller.is_enabled()
+    }
+
+    /// Plain rounds for the rest of the request (no drafter, or it failed).
+    pub fn stop_drafting(&mut self) {
+        self.controller.disable();
+    }
+
+    /// Whether the request should run plain, with no drafter session at all: the process's
+    /// estimates say speculation would not save what opening the session costs (a short
+    /// request, or plain rows batching better under load). Only for requests that left their
+    /// block size to specd; a declined request stops drafting.
+    pub fn decline_unpaying(&mut self, prompt_len: usize, max_new_tokens: usize) -> bool {
+        let Some(governor) = &self.governor else {
+            return false;
+        };
+        if !self.controller.is_enabled() || !self.controller.is_cost_aware() {
+            return false;
+        }
+        if governor.worth_opening(prompt_len, max_new_tokens) {
+            return false;
+        }
+        self.declined = true;
+        self.controller.disable();
+        true
+    }
+
+    /// Records what opening the drafter session on a prompt of `prompt_len` tokens took.
+    pub fn record_open(&self, prompt_len: usize, time: Duration) {
+        if let Some(governor) = &self.governor {
+            governor.record_open(prompt_len, time);
+        }
+    }
+
+    /// The next round's block size. `remaining` is the tokens the request may still emit
+    /// plus one; `opening` says the drafter session is still opening (the round is plain
+    /// and the policy does not advance); `drafting` says the request has a usable drafter.
+    pub fn plan(&mut self, remaining: usize, opening: bool, drafting: bool) -> PlannedBlock {
+        let governed = self
+            .controller
+            .is_cost_aware()
+            .then(|| self.governor.as_deref().and_then(SpeculationGovernor::cap))
+            .flatten();
+        let cap = match (self.control.block_cap(), governed) {
+            (Some(set), Some(governed)) => Some(set.min(governed)),
+            (set, governed) => set.or(governed),
+        };
+        self.controller.set_cap(cap);
+        // The governor's cap of 1 and the policy never both run a round plain: the policy
+        // plans a cap of 1 as an allowed plain round.
+        let held_plain = self.declined || (governed == Some(1) && drafting);
+        if opening {
+            return PlannedBlock {
+                block_size: 1,
+                speculation_off: held_plain,
+                switched: None,
+            };
+        }
+        let plan = self.controller.plan(remaining);
+        PlannedBlock {
+            block_size: plan.block_size,
+            speculation_off: held_plain || plan.speculation_off,
+            switched: plan.switched.then(|| !self.controller.is_speculation_off()),
+        }
+    }
+
+    /// Marks a draft call as started; keep the result until the call returns.
+    pub fn draft_started(&self) -> DraftInProgress {
+        let drafting = self.governor.as_ref().map(SpeculationGovernor::drafting);
+        DraftInProgress {
+            concurrent: drafting.as_ref().map_or(1, |d| d.concurrent),
+            _drafting: drafting,
+        }
+    }
+
+    /// Feeds a verified round to the cost-aware policy, the acceptance history and the
+    /// process's governor.
+    pub fn observe(&mut self, round: &RoundOutcome) {
+        self.controller.observe(&RoundMeasurement {
+            draft: round.draft,
+            verified: round.drafted + 1,
+            verify_time: round.verify_time,
+            accepted: round.accepted,
+        });
+        if let Some(governor) = &self.governor {
+            governor.record(&GovernedRound {
+                // A catch-up call also applied earlier rounds: not a draft step's cost.
+                draft: round
+                    .draft
+                    .filter(|d| !d.catch_up)
+                    .map(|d| (d.steps, d.time, round.drafting_alongside)),
+                forward: round.forward,
+                verify_time: round.verify_time,
+                drafted: round.drafted,
+                accepted: round.accepted,
+            });
+        }
+        if round.drafted > 0 {
+            self.controller.record(round.accepted);
+        }
+    }
+}
+
+impl DraftInProgress {
+    /// Requests drafting when this call started, itself included.
+    pub fn concurrent(&self) -> usize {
+        self.concurrent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed(block: usize) -> BlockSizeConfig {
+        BlockSizeConfig::fixed(block)
+    }
+
+    #[test]
+    fn the_load_cap_bounds_the_rule_from_the_next_round_on() {
+        let control = RequestControl::new();
+        let mut planner = BlockPlanner::new(fixed(6), &control);
+        assert_eq!(planner.plan(100, false, true).block_size, 6);
+        control.set_block_cap(Some(2));
+        assert_eq!(planner.plan(100, false, true).block_size, 2);
+        control.set_block_cap(None);
+        let plan = planner.plan(3, false, true);
+        assert_eq!(plan.block_size, 3, "the tokens left bound it too");
+        assert!(!plan.speculation_off);
+    }
+
+    #[test]
+    fn an_opening_session_gives_plain_rounds_that_are_not_counted_off() {
+        let control = RequestControl::new();
+        let mut planner = BlockPlanner::new(fixed(4), &control);
+        let plan = planner.plan(100, true, true);
+        assert_eq!(plan.block_size, 1);
+        assert!(!plan.speculation_off);
+        assert_eq!(plan.switched, None);
+    }
+
+    #[test]
+    fn a_request_that_stopped_drafting_plans_plain_rounds() {
+        let control = RequestControl::new();
+        let mut planner = BlockPlanner::new(BlockSizeConfig::adaptive(5, 4), &control);
+        assert!(planner.may_draft());
+        planner.stop_drafting();
+        assert!(!planner.may_draft());
+        assert_eq!(planner.plan(100, false, false).block_size, 1);
+    }
+
+    #[test]
+    fn a_fixed_block_size_ignores_the_governor() {
+        let governor = Arc::new(SpeculationGovernor::new(1, 4));
+        let control = RequestControl::governed(governor);
+        let mut planner = BlockPlanner::new(fixed(4), &control);
+        assert!(
+            !planner.decline_unpaying(10, 10),
+            "only adaptive requests are declined"
+        );
+        assert_eq!(planner.plan(100, false, true).block_size, 4);
+        let drafting = planner.draft_started();
+        assert_eq!(drafting.concurrent(), 1);
+        assert_eq!(planner.draft_started().concurrent(), 2);
+    }
+
+    #[test]
+    fn observed_drafting_rounds_feed_the_rule() {
+        let control = RequestControl::new();
+        let mut planner = BlockPlanner::new(
+            BlockSizeConfig::adaptive(8, 4).with_cost_aware(false),
+            &control,
+        );
+        for _ in 0..8 {
+            assert_eq!(planner.plan(100, false, true).block_size, 4);
+            planner.observe(&RoundOutcome {
+                draft: None,
+                drafting_alongside: 1,
+                drafted: 3,
+                verify_time: Duration::ZERO,
+                forward: None,
+                accepted: 3,
+            });
+        }
+        assert_eq!(
+            planner.plan(100, false, true).block_size,
+            8,
+            "full-depth hits after warm-up grow the block"
+        );
+    }
+}
