@@ -2,11 +2,13 @@
 //!
 //! The server owns the protocol (sessions, rounds, retries, validation of the wire); an engine
 //! owns the model. Every engine method is called on tokio's blocking pool and may compute.
+//! Engines see model-side types only: the server turns wire messages into them
+//! ([`crate::wire_kv`]), and the embedded mode hands the verifier's K/V over as it is.
 
 use candle_core::{Device, Tensor};
 use specd_core::SamplingParams;
+pub use specd_models::gemma4::{LayerKv, SharedKv};
 use specd_wire::drafter::DrafterKind;
-use specd_wire::kv::{KvDeltaTensors, KvSnapshot};
 
 /// What a drafter reports about itself in Stats and checks requests against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +26,9 @@ pub struct EngineInfo {
 /// Where a session starts from.
 #[derive(Debug, Clone)]
 pub enum SessionSource {
-    /// MTP: the target's shared K/V at the committed length.
-    Snapshot(KvSnapshot),
+    /// MTP: the target's shared K/V at the committed length; the full-attention rows start at
+    /// position 0 and end at the committed length.
+    Snapshot(SharedKv),
     /// Draft model: every token in the target cache, in order.
     Context(Vec<u32>),
 }
@@ -40,14 +43,36 @@ pub struct OpenSession {
     pub source: SessionSource,
 }
 
+/// The K/V rows one verify round committed, in the model's layout: each layer's rows
+/// `[kv_heads, rows, head_dim]` start at the committed length before the round.
+#[derive(Debug, Clone)]
+pub struct CommittedKv {
+    pub rows: SharedKv,
+    /// Sliding rows the verifier dropped from the front of its window after appending these.
+    /// The assistant's mirror keeps its own window and need not follow it.
+    pub sliding_evicted: usize,
+}
+
+impl CommittedKv {
+    /// Absolute position of the first row.
+    pub fn start_position(&self) -> usize {
+        self.rows.full.start
+    }
+
+    /// Rows (committed positions) it carries.
+    pub fn rows(&self) -> usize {
+        self.rows.full.rows()
+    }
+}
+
 /// The state of the last verify round, applied before drafting.
 #[derive(Debug, Clone)]
 pub enum DraftCarry {
-    /// MTP: the final-normed target hidden state at the last committed position `[1, 1, H]`
+    /// MTP: the final-normed target hidden state at the last committed position `[1, H]`
     /// and the K/V rows the round committed (none for the first round after open).
     Mtp {
         hidden: Tensor,
-        delta: Option<KvDeltaTensors>,
+        delta: Option<CommittedKv>,
     },
     /// Draft model: the tokens the round committed (none for the first round after open).
     Tokens(Vec<u32>),
@@ -57,7 +82,7 @@ impl DraftCarry {
     /// Positions this carry adds to the session's committed length.
     pub fn committed_rows(&self) -> usize {
         match self {
-            DraftCarry::Mtp { delta, .. } => delta.as_ref().map_or(0, KvDeltaTensors::rows),
+            DraftCarry::Mtp { delta, .. } => delta.as_ref().map_or(0, CommittedKv::rows),
             DraftCarry::Tokens(tokens) => tokens.len(),
         }
     }

@@ -6,6 +6,8 @@
 //!   is the assistant's own (`specd_models::gemma4_assistant::SharedKvMirror`).
 //! * [`draft_model`]: an independent small LM (Qwen2 GGUF) with its own KV cache per session.
 //! * [`server`]: the gRPC service and a ready server with health and reflection.
+//! * [`wire_kv`]: the server edge that turns wire K/V and hidden states into the model-side
+//!   types engines take.
 //!
 //! The tests' random engine (random drafts through the exact protocol) lives with the tests,
 //! in `tests/random_engine/`.
@@ -14,10 +16,12 @@ pub mod draft_model;
 pub mod engine;
 pub mod mtp;
 pub mod server;
+pub mod wire_kv;
 
 pub use draft_model::{DraftModelEngine, DraftModelSession, DEFAULT_DRAFT_VOCAB};
 pub use engine::{
-    DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
+    CommittedKv, DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, LayerKv, OpenSession,
+    SessionSource, SharedKv,
 };
 pub use mtp::{MtpEngine, MtpSession};
 pub use server::{serve, DrafterServerConfig, DrafterService, ServeError};

@@ -5,10 +5,8 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use specd_core::{sample, SamplingParams};
-use specd_models::gemma4::{LayerKv, SharedKv};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
 use specd_wire::drafter::DrafterKind;
-use specd_wire::kv::KvPair;
 
 use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
@@ -54,15 +52,6 @@ impl MtpEngine {
     }
 }
 
-/// Wire K/V `[1, heads, rows, dim]` as the model's `[heads, rows, dim]` from `start`.
-fn layer(pair: &KvPair, start: usize) -> Result<LayerKv, EngineError> {
-    Ok(LayerKv {
-        keys: pair.k.squeeze(0)?,
-        values: pair.v.squeeze(0)?,
-        start,
-    })
-}
-
 fn model_error(field: &str) -> impl Fn(specd_models::ModelError) -> EngineError + '_ {
     move |e| EngineError::invalid(field, e.to_string())
 }
@@ -84,19 +73,11 @@ impl DraftEngine for MtpEngine {
     }
 
     fn open(&self, open: OpenSession) -> Result<MtpSession, EngineError> {
-        let SessionSource::Snapshot(snapshot) = open.source else {
+        let SessionSource::Snapshot(shared) = open.source else {
             return Err(EngineError::invalid(
                 "header.context_ids",
                 "an MTP drafter opens from a snapshot",
             ));
-        };
-        let shared = SharedKv {
-            full: layer(&snapshot.full, 0)?,
-            sliding: snapshot
-                .sliding
-                .as_ref()
-                .map(|pair| layer(pair, snapshot.sliding_start as usize))
-                .transpose()?,
         };
         let mirror = self
             .model
@@ -120,22 +101,14 @@ impl DraftEngine for MtpEngine {
                 "an MTP drafter takes MTP carries",
             ));
         };
+        // The mirror keeps its own sliding window, so the verifier's eviction count is not
+        // needed.
         if let Some(delta) = delta {
-            let start = delta.start_position as usize;
-            let rows = SharedKv {
-                full: layer(&delta.full, start)?,
-                sliding: delta
-                    .sliding
-                    .as_ref()
-                    .map(|pair| layer(pair, start))
-                    .transpose()?,
-            };
             session
                 .mirror
-                .apply_delta(&rows)
+                .apply_delta(&delta.rows)
                 .map_err(model_error("carry.mtp.delta"))?;
         }
-        // The wire's [1, 1, H] as the assistant's [1, H].
         let width = hidden.elem_count();
         session.hidden = Some(hidden.reshape((1, width))?);
         Ok(())

@@ -12,6 +12,7 @@ use super::open::check_ids;
 use super::sessions::{SessionEntry, SharedEntry, StepKey};
 use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
+use crate::wire_kv::{committed_kv, model_hidden};
 use specd_core::sync::lock;
 
 /// Checks that need no session state: count, bonus and carry kind.
@@ -135,11 +136,11 @@ fn check_continues<E: DraftEngine>(
     } = carry
     {
         let held = engine.committed_len(&entry.session);
-        if delta.start_position as usize != held {
+        if delta.start_position() != held {
             return Err(Status::failed_precondition(format!(
                 "carry.mtp.delta.start_position: the session holds {held} positions, the \
                  delta starts at {}",
-                delta.start_position
+                delta.start_position()
             )));
         }
     }
@@ -182,9 +183,13 @@ fn decode_carry(
                 &[Dim::Exactly(1), Dim::Exactly(1), Dim::Any],
             )?;
             let delta = match &mtp.delta {
-                Some(delta) => Some(KvDeltaTensors::decode(delta, "carry.mtp.delta", device)?),
+                Some(delta) => {
+                    let decoded = KvDeltaTensors::decode(delta, "carry.mtp.delta", device)?;
+                    Some(committed_kv(decoded).map_err(internal("carry.mtp.delta"))?)
+                }
                 None => None,
             };
+            let hidden = model_hidden(hidden).map_err(internal("carry.mtp.hidden"))?;
             Ok(DraftCarry::Mtp { hidden, delta })
         }
         Some(draft_request::Carry::Tokens(tokens)) => {
@@ -193,4 +198,9 @@ fn decode_carry(
         }
         None => Err(Status::invalid_argument("carry: required")),
     }
+}
+
+/// A tensor reshape that cannot fail on checked input failed anyway.
+fn internal(field: &str) -> impl Fn(candle_core::Error) -> Status + '_ {
+    move |e| Status::internal(format!("{field}: {e}"))
 }

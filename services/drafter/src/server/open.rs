@@ -5,6 +5,7 @@ use specd_wire::kv::SnapshotAssembler;
 use tonic::{Status, Streaming};
 
 use crate::engine::{EngineInfo, OpenSession, SessionSource};
+use crate::wire_kv::snapshot_kv;
 use specd_wire::sampling::sampling_from_wire;
 
 /// What an Open stream delivered, not yet decoded onto the engine's device.
@@ -92,7 +93,9 @@ pub(crate) fn session_to_open(
                     header.committed_len, snapshot.committed_len
                 )));
             }
-            SessionSource::Snapshot(snapshot)
+            let shared =
+                snapshot_kv(snapshot).map_err(|e| Status::internal(format!("snapshot: {e}")))?;
+            SessionSource::Snapshot(shared)
         }
         None => {
             if info.kind != DrafterKind::DraftModel {

@@ -1,29 +1,28 @@
 //! A drafter-side mirror of the target's shared K/V, built from a snapshot and extended by
-//! one delta per round.
+//! one round's committed rows at a time.
 
 use candle_core::Tensor;
-use specd_wire::kv::{KvDeltaTensors, KvPair, KvSnapshot, POSITION_AXIS};
 
-use specd_drafter::EngineError;
+use specd_drafter::{CommittedKv, EngineError, LayerKv, SharedKv};
+
+/// Axis of the positions in the model-side rows `[kv_heads, rows, head_dim]`.
+const POSITION_AXIS: usize = 1;
 
 /// The last full-attention and last sliding layer's K/V of one sequence, rows in temporal
-/// order on axis 2 (`[1, kv_heads, rows, head_dim]`), exactly as the verifier holds them.
+/// order, exactly as the verifier holds them (including the sliding rows it evicted).
 #[derive(Debug, Clone)]
 pub struct KvMirror {
     committed_len: usize,
-    full: KvPair,
-    /// The sliding rows and the absolute position of the first one.
-    sliding: Option<(KvPair, usize)>,
+    full: LayerKv,
+    sliding: Option<LayerKv>,
 }
 
 impl KvMirror {
-    pub fn from_snapshot(snapshot: KvSnapshot) -> Self {
+    pub fn from_snapshot(snapshot: SharedKv) -> Self {
         Self {
-            committed_len: snapshot.committed_len as usize,
+            committed_len: snapshot.full.end(),
             full: snapshot.full,
-            sliding: snapshot
-                .sliding
-                .map(|pair| (pair, snapshot.sliding_start as usize)),
+            sliding: snapshot.sliding,
         }
     }
 
@@ -33,19 +32,19 @@ impl KvMirror {
     }
 
     /// The full-attention layer's rows for positions `0..committed_len`.
-    pub fn full(&self) -> &KvPair {
+    pub fn full(&self) -> &LayerKv {
         &self.full
     }
 
-    /// The sliding layer's rows and the position of the first one.
-    pub fn sliding(&self) -> Option<(&KvPair, usize)> {
-        self.sliding.as_ref().map(|(pair, start)| (pair, *start))
+    /// The sliding layer's rows (`start` is the position of the first one).
+    pub fn sliding(&self) -> Option<&LayerKv> {
+        self.sliding.as_ref()
     }
 
     /// Appends the rows of one round and drops the sliding rows the verifier evicted.
-    /// Checks the delta continues the mirror and has its layout before changing anything.
-    pub fn apply(&mut self, delta: &KvDeltaTensors) -> Result<(), EngineError> {
-        let start = delta.start_position as usize;
+    /// Checks the rows continue the mirror and have its layout before changing anything.
+    pub fn apply(&mut self, delta: &CommittedKv) -> Result<(), EngineError> {
+        let start = delta.start_position();
         if start != self.committed_len {
             return Err(EngineError::mismatch(
                 "carry.mtp.delta.start_position",
@@ -55,21 +54,21 @@ impl KvMirror {
                 ),
             ));
         }
-        check_rows_like(&self.full, &delta.full, "carry.mtp.delta.full")?;
-        let sliding = match (&self.sliding, &delta.sliding) {
+        check_rows_like(&self.full, &delta.rows.full, "carry.mtp.delta.full")?;
+        let sliding = match (&self.sliding, &delta.rows.sliding) {
             (None, None) => None,
-            (Some((held, first)), Some(rows)) => {
+            (Some(held), Some(rows)) => {
                 check_rows_like(held, rows, "carry.mtp.delta.sliding")?;
                 let appended = append(held, rows)?;
-                let total = appended.k.dims()[POSITION_AXIS];
-                let evicted = delta.sliding_evicted as usize;
+                let total = appended.rows();
+                let evicted = delta.sliding_evicted;
                 if evicted > total {
                     return Err(EngineError::invalid(
                         "carry.mtp.delta.sliding_evicted",
                         format!("{evicted} exceeds the {total} sliding rows held"),
                     ));
                 }
-                Some((drop_front(appended, evicted, total)?, first + evicted))
+                Some(drop_front(appended, evicted, total)?)
             }
             (Some(_), None) => {
                 return Err(EngineError::invalid(
@@ -84,35 +83,42 @@ impl KvMirror {
                 ))
             }
         };
-        self.full = append(&self.full, &delta.full)?;
+        self.full = append(&self.full, &delta.rows.full)?;
         self.sliding = sliding;
         self.committed_len += delta.rows();
         Ok(())
     }
 }
 
-fn append(held: &KvPair, rows: &KvPair) -> Result<KvPair, EngineError> {
-    Ok(KvPair {
-        k: Tensor::cat(&[&held.k, &rows.k], POSITION_AXIS)?,
-        v: Tensor::cat(&[&held.v, &rows.v], POSITION_AXIS)?,
+fn append(held: &LayerKv, rows: &LayerKv) -> Result<LayerKv, EngineError> {
+    Ok(LayerKv {
+        keys: Tensor::cat(&[&held.keys, &rows.keys], POSITION_AXIS)?,
+        values: Tensor::cat(&[&held.values, &rows.values], POSITION_AXIS)?,
+        start: held.start,
     })
 }
 
-fn drop_front(pair: KvPair, evicted: usize, total: usize) -> Result<KvPair, EngineError> {
+fn drop_front(layer: LayerKv, evicted: usize, total: usize) -> Result<LayerKv, EngineError> {
     if evicted == 0 {
-        return Ok(pair);
+        return Ok(layer);
     }
-    Ok(KvPair {
-        k: pair.k.narrow(POSITION_AXIS, evicted, total - evicted)?,
-        v: pair.v.narrow(POSITION_AXIS, evicted, total - evicted)?,
+    Ok(LayerKv {
+        keys: layer.keys.narrow(POSITION_AXIS, evicted, total - evicted)?,
+        values: layer
+            .values
+            .narrow(POSITION_AXIS, evicted, total - evicted)?,
+        start: layer.start + evicted,
     })
 }
 
 /// New rows must match the held ones in dtype, heads and head size.
-fn check_rows_like(held: &KvPair, rows: &KvPair, field: &str) -> Result<(), EngineError> {
-    for (name, held, rows) in [("k", &held.k, &rows.k), ("v", &held.v, &rows.v)] {
+fn check_rows_like(held: &LayerKv, rows: &LayerKv, field: &str) -> Result<(), EngineError> {
+    for (name, held, rows) in [
+        ("k", &held.keys, &rows.keys),
+        ("v", &held.values, &rows.values),
+    ] {
         let (h, r) = (held.dims(), rows.dims());
-        let same_layout = h.len() == 4 && r.len() == 4 && h[..2] == r[..2] && h[3] == r[3];
+        let same_layout = h.len() == 3 && r.len() == 3 && h[0] == r[0] && h[2] == r[2];
         if held.dtype() != rows.dtype() || !same_layout {
             return Err(EngineError::invalid(
                 &format!("{field}_{name}"),
