@@ -124,11 +124,10 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         let request = request.into_inner();
         record::wire_bytes("draft", Direction::Received, request.encoded_len());
         check_request(&request, &self.info)?;
-        let entry = self.sessions.get(&request.session_id)?;
+        let (id, entry) = self.sessions.get(&request.session_id)?;
         // The session's committed tokens, then the drafts of this round.
         let tokens = request.position as usize + 1 + request.count as usize;
-        self.sessions
-            .hold(&request.session_id, tokens, self.config.max_kv_tokens)?;
+        self.sessions.hold(id, tokens, self.config.max_kv_tokens)?;
         let engine = self.engine.clone();
         let info = self.info.clone();
         let (round, count, predraft) = (request.round, request.count as usize, request.predraft);

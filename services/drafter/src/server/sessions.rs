@@ -112,26 +112,20 @@ impl<S> Sessions<S> {
         Ok(())
     }
 
-    /// The session `session_id` names: INVALID_ARGUMENT when it is no id, NOT_FOUND when
-    /// no such session is open.
-    pub fn get(&self, session_id: &str) -> Result<SharedEntry<S>, Status> {
+    /// The session `session_id` names, and its parsed id: INVALID_ARGUMENT when it is no
+    /// id, NOT_FOUND when no such session is open.
+    pub fn get(&self, session_id: &str) -> Result<(WireId, SharedEntry<S>), Status> {
         let id = WireId::parse("session_id", session_id)?;
         self.table
             .get(&id)
-            .map(|entry| entry.value().clone())
+            .map(|entry| (id, entry.value().clone()))
             .ok_or_else(|| unknown_session(session_id))
     }
 
-    /// Records that the session `session_id` now holds `tokens` K/V positions:
-    /// RESOURCE_EXHAUSTED (and nothing changes) if that does not fit `budget`. A session
-    /// closed meanwhile holds nothing.
-    pub fn hold(
-        &self,
-        session_id: &str,
-        tokens: usize,
-        budget: Option<usize>,
-    ) -> Result<(), Status> {
-        let id = WireId::parse("session_id", session_id)?;
+    /// Records that the session `id` now holds `tokens` K/V positions: RESOURCE_EXHAUSTED
+    /// (and nothing changes) if that does not fit `budget`. A session closed meanwhile holds
+    /// nothing.
+    pub fn hold(&self, id: WireId, tokens: usize, budget: Option<usize>) -> Result<(), Status> {
         let mut held = lock(&self.held);
         let Some(&before) = held.by_session.get(&id) else {
             return Ok(());
