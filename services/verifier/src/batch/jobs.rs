@@ -2,20 +2,20 @@
 
 use std::time::Instant;
 
-use specd_core::{PrefillRequest, Prefilled, SeqId, Verified, VerifyRequest};
+use specd_core::{PrefillRequest, Prefilled, SeqId, VerifyRequest};
 use specd_telemetry::propagation::SpanContext;
 use tokio::sync::oneshot;
 
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
+use crate::local::RoundAnswer;
 
-/// A verify row's answer, with what the gRPC layer needs to keep a drafter's mirror in line.
+/// A verify row's answer, as the sequence recorded it.
 #[derive(Debug, Clone)]
 pub struct RowAnswer {
-    pub verified: Verified<TargetCarry>,
-    /// First position of the sliding shared K/V after the round, when asked for a carry and
-    /// the target exports one.
-    pub sliding_start: Option<usize>,
+    pub answer: RoundAnswer,
+    /// The stored answer of an earlier identical request (a retry), not a new forward.
+    pub replayed: bool,
 }
 
 pub(crate) struct VerifyJob {

@@ -179,7 +179,7 @@ impl<T: TargetModel> Verifier for BatchVerifier<T> {
         request: VerifyRequest,
     ) -> impl Future<Output = Result<Verified<TargetCarry>, VerifierError>> + Send {
         let row = self.verify_row(request);
-        async move { row.await.map(|answer| answer.verified) }
+        async move { row.await.map(|row| row.answer.verified) }
     }
 
     fn truncate(

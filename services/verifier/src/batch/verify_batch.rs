@@ -76,16 +76,19 @@ pub(crate) fn run_batch<T: TargetModel>(
             counters.cancelled();
             continue;
         }
-        let state = lock(handle);
+        let mut state = lock(handle);
+        state.last_used = Instant::now();
         match local.begin_verify(&state, &job.request) {
             Ok(VerifyStart::Run { start_len }) => rows.push(Row {
                 job,
                 state,
                 start_len,
             }),
-            Ok(VerifyStart::Replay(verified)) => {
-                let answer = with_window(local, &state, &job, verified);
-                let _ = job.reply.send(answer);
+            Ok(VerifyStart::Replay(answer)) => {
+                let _ = job.reply.send(Ok(RowAnswer {
+                    answer,
+                    replayed: true,
+                }));
             }
             Err(e) => {
                 let _ = job.reply.send(Err(e));
@@ -136,7 +139,7 @@ pub(crate) fn run_batch<T: TargetModel>(
     };
     let mut finished = Vec::with_capacity(rows.len());
     for ((mut row, hidden), targets) in rows.into_iter().zip(&hiddens).zip(&targets) {
-        let before = row.state.last_round.clone();
+        let before = row.state.rounds.clone();
         let answer = local
             .finish_verify(
                 &mut row.state,
@@ -145,7 +148,10 @@ pub(crate) fn run_batch<T: TargetModel>(
                 targets,
                 row.start_len,
             )
-            .and_then(|verified| with_window(local, &row.state, &row.job, verified));
+            .map(|answer| RowAnswer {
+                answer,
+                replayed: false,
+            });
         finished.push((row, before, answer));
     }
     // Every row's acceptance on its logits is part of what the forward cost, so the answers
@@ -156,36 +162,18 @@ pub(crate) fn run_batch<T: TargetModel>(
         time: started.elapsed(),
     };
     for (mut row, before, answer) in finished {
-        let answer = answer.map(|mut answer| {
-            answer.verified.forward = Some(forward);
-            answer
+        let answer = answer.map(|mut row| {
+            row.answer.verified.forward = Some(forward);
+            row
         });
         let applied = answer.is_ok();
         if row.job.reply.send(answer).is_err() && applied {
             // The caller went away during the forward and never learns the answer: undo the
             // round, so the sequence is as if it had never been sent.
             let _ = local.target().truncate(&mut row.state.cache, row.start_len);
-            row.state.last_round = before;
+            row.state.rounds = before;
         }
     }
-}
-
-/// Adds the sliding-window start a drafter's mirror follows, when the row asked for a carry.
-fn with_window<T: TargetModel>(
-    local: &LocalVerifier<T>,
-    state: &Sequence<T::Cache>,
-    job: &VerifyJob,
-    verified: specd_core::Verified<crate::TargetCarry>,
-) -> Result<RowAnswer, VerifierError> {
-    let sliding_start = if job.request.want_carry {
-        local.sliding_start(state)?
-    } else {
-        None
-    };
-    Ok(RowAnswer {
-        verified,
-        sliding_start,
-    })
 }
 
 /// Rolls every row back to its length before the forward and answers each with the failure.

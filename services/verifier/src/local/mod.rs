@@ -1,23 +1,24 @@
 //! An in-process verifier: sequences live in this process and rounds run on the caller's
 //! thread, with no serialization. The embedded mode and the verifier server both use it.
 //!
-//! This file holds the sequences and their lifecycle (lookup, truncate, release); admission
-//! and prefill are in `prefill.rs`, the verify phases in `verify.rs`, and core's `Verifier`
-//! interface in `interface.rs`.
+//! This file holds the table of sequences and their lifecycle (lookup, truncate, release,
+//! expiry); the record itself is in `sequence.rs`, admission and prefill in `prefill.rs`, the
+//! verify phases in `verify.rs`, and core's `Verifier` interface in `interface.rs`.
 
 mod interface;
 mod prefill;
+mod sequence;
 mod verify;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use std::time::Instant;
 
 use specd_core::{
-    ForwardCost, PrefillRequest, Prefilled, SamplingParams, SeqId, Verified, Verifier,
-    VerifyRequest,
+    ForwardCost, PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest,
 };
 
 use candle_core::Tensor;
@@ -43,25 +44,15 @@ impl Default for VerifierLimits {
     }
 }
 
-pub(crate) struct Sequence<C> {
-    pub cache: C,
-    pub sampling: SamplingParams,
-    /// The last round answered, kept so a retried round returns the same answer.
-    pub last_round: Option<LastRound>,
-}
-
-/// A round's number, its block and its answer.
-pub(crate) type LastRound = (u32, Vec<u32>, Verified<TargetCarry>);
-
-/// One sequence's state, locked by whoever runs a step of it.
-pub(crate) type SequenceHandle<C> = Arc<Mutex<Sequence<C>>>;
+pub use sequence::RoundAnswer;
+pub(crate) use sequence::{RoundLog, Sequence, SequenceHandle};
 
 type SequenceTable<C> = DashMap<SeqId, SequenceHandle<C>>;
 
 /// What a verify round needs next, once its request passed the checks.
 pub(crate) enum VerifyStart {
     /// A retry of the last answered round: its stored answer.
-    Replay(Verified<TargetCarry>),
+    Replay(RoundAnswer),
     /// The block must be forwarded; the cache held `start_len` tokens before it.
     Run { start_len: usize },
 }
@@ -158,15 +149,25 @@ impl<T: TargetModel> LocalVerifier<T> {
             return Ok(());
         };
         let mut entry = lock(&entry);
-        let len = self.target.cache_len(&entry.cache);
+        self.truncate_record(&mut entry, committed_len)
+    }
+
+    /// Rolls a locked record back to `committed_len` tokens; its last round can no longer
+    /// be replayed.
+    pub(crate) fn truncate_record(
+        &self,
+        seq: &mut Sequence<T::Cache>,
+        committed_len: usize,
+    ) -> Result<(), VerifierError> {
+        let len = self.target.cache_len(&seq.cache);
         if committed_len > len {
             return Err(VerifierError::out_of_range(
                 "committed_len",
                 format!("{committed_len} exceeds the {len} tokens of the sequence"),
             ));
         }
-        entry.last_round = None;
-        self.target.truncate(&mut entry.cache, committed_len)
+        seq.rounds.last = None;
+        self.target.truncate(&mut seq.cache, committed_len)
     }
 
     /// Frees a sequence and its K/V reservation; false when it was not live or admitted.
@@ -182,8 +183,38 @@ impl<T: TargetModel> LocalVerifier<T> {
     pub fn shared_kv_sync(&self, seq: SeqId) -> Result<(usize, Option<SharedKv>), VerifierError> {
         let entry = self.sequence(seq)?;
         let entry = lock(&entry);
-        let len = self.target.cache_len(&entry.cache);
-        Ok((len, self.target.shared_kv(&entry.cache, 0, len)?))
+        self.shared_kv_of(&entry)
+    }
+
+    /// [`Self::shared_kv_sync`] of a locked record.
+    pub(crate) fn shared_kv_of(
+        &self,
+        seq: &Sequence<T::Cache>,
+    ) -> Result<(usize, Option<SharedKv>), VerifierError> {
+        let len = self.target.cache_len(&seq.cache);
+        Ok((len, self.target.shared_kv(&seq.cache, 0, len)?))
+    }
+
+    /// Tokens in a locked record's cache.
+    pub(crate) fn len_of(&self, seq: &Sequence<T::Cache>) -> usize {
+        self.target.cache_len(&seq.cache)
+    }
+
+    /// Sequences not used for `timeout` and not in use right now.
+    pub(crate) fn idle(&self, timeout: Duration) -> Vec<SeqId> {
+        let handles: Vec<(SeqId, SequenceHandle<T::Cache>)> = self
+            .sequences
+            .iter()
+            .map(|entry| (*entry.key(), entry.value().clone()))
+            .collect();
+        handles
+            .into_iter()
+            .filter(|(_, handle)| match handle.try_lock() {
+                Ok(seq) => seq.last_used.elapsed() >= timeout,
+                Err(_) => false,
+            })
+            .map(|(seq, _)| seq)
+            .collect()
     }
 
     /// The capacity limits this verifier enforces.

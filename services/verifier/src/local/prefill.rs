@@ -68,10 +68,18 @@ impl<T: TargetModel> LocalVerifier<T> {
         } else {
             None
         };
+        // A drafter's mirror starts from this snapshot's window.
+        let mirror_sliding_start = carry
+            .as_ref()
+            .and_then(|carry| carry.shared_kv.as_ref())
+            .and_then(|kv| kv.sliding.as_ref())
+            .map_or(0, |sliding| sliding.start);
         let entry = Sequence {
             cache,
             sampling: request.sampling,
-            last_round: None,
+            wants_carry: request.want_carry,
+            rounds: RoundLog::new(mirror_sliding_start),
+            last_used: Instant::now(),
         };
         // The vacant entry keeps a release of this id waiting until the sequence is in, so a
         // release either finds it or ends the admission before this checks it.

@@ -10,15 +10,15 @@ impl<T: TargetModel> LocalVerifier<T> {
         seq: &Sequence<T::Cache>,
         request: &VerifyRequest,
     ) -> Result<VerifyStart, VerifierError> {
-        if let Some((round, tokens, answer)) = &seq.last_round {
-            if *round == request.round {
-                if *tokens != request.tokens {
+        if let Some(last) = &seq.rounds.last {
+            if last.round == request.round {
+                if last.tokens != request.tokens {
                     return Err(VerifierError::invalid(
                         "round",
                         "a retried round must send the same tokens",
                     ));
                 }
-                return Ok(VerifyStart::Replay(answer.clone()));
+                return Ok(VerifyStart::Replay(last.clone()));
             }
         }
         let tokens = &request.tokens;
@@ -66,7 +66,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         hidden: &Tensor,
         targets: &[u32],
         start_len: usize,
-    ) -> Result<Verified<TargetCarry>, VerifierError> {
+    ) -> Result<RoundAnswer, VerifierError> {
         let outcome = accept_and_rollback(
             &*self.target,
             &mut seq.cache,
@@ -84,22 +84,40 @@ impl<T: TargetModel> LocalVerifier<T> {
                 return Err(e);
             }
         };
-        let answer = Verified {
-            accepted: outcome.accepted.accepted,
-            new_tokens: outcome.accepted.new_tokens,
-            carry: request.want_carry.then_some(outcome.carry),
-            forward: None,
+        // The rows shipped with this round make a drafter's mirror end where this cache
+        // ends; it then drops what this cache's window dropped.
+        let mirror_sliding_start = if request.want_carry {
+            match self.sliding_start(seq) {
+                Ok(start) => start.unwrap_or(0),
+                Err(e) => {
+                    let _ = self.target.truncate(&mut seq.cache, start_len);
+                    return Err(e);
+                }
+            }
+        } else {
+            seq.rounds.mirror_sliding_start
         };
-        seq.last_round = Some((request.round, request.tokens.clone(), answer.clone()));
+        let answer = RoundAnswer {
+            round: request.round,
+            tokens: request.tokens.clone(),
+            verified: Verified {
+                accepted: outcome.accepted.accepted,
+                new_tokens: outcome.accepted.new_tokens,
+                carry: request.want_carry.then_some(outcome.carry),
+                forward: None,
+            },
+            start_len,
+            sliding_evicted: mirror_sliding_start.saturating_sub(seq.rounds.mirror_sliding_start),
+        };
+        seq.rounds.applied += 1;
+        seq.rounds.mirror_sliding_start = mirror_sliding_start;
+        seq.rounds.last = Some(answer.clone());
         Ok(answer)
     }
 
     /// The first position the sequence's sliding shared K/V still holds, when the target
     /// exports one.
-    pub(crate) fn sliding_start(
-        &self,
-        seq: &Sequence<T::Cache>,
-    ) -> Result<Option<usize>, VerifierError> {
+    fn sliding_start(&self, seq: &Sequence<T::Cache>) -> Result<Option<usize>, VerifierError> {
         let len = self.target.cache_len(&seq.cache);
         Ok(self
             .target
@@ -113,8 +131,9 @@ impl<T: TargetModel> LocalVerifier<T> {
     ) -> Result<Verified<TargetCarry>, VerifierError> {
         let seq = self.sequence(request.seq)?;
         let mut seq = lock(&seq);
+        seq.last_used = Instant::now();
         let start_len = match self.begin_verify(&seq, &request)? {
-            VerifyStart::Replay(answer) => return Ok(answer),
+            VerifyStart::Replay(answer) => return Ok(answer.verified),
             VerifyStart::Run { start_len } => start_len,
         };
         let started = Instant::now();
@@ -148,7 +167,9 @@ impl<T: TargetModel> LocalVerifier<T> {
                 return Err(e);
             }
         };
-        let mut answer = self.finish_verify(&mut seq, &request, &hidden, &targets, start_len)?;
+        let mut answer = self
+            .finish_verify(&mut seq, &request, &hidden, &targets, start_len)?
+            .verified;
         // Acceptance on the logits is part of what a verify of this width costs.
         answer.forward = Some(ForwardCost {
             tokens: request.tokens.len(),

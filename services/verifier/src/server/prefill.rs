@@ -1,7 +1,6 @@
 //! Prefill: validation up front, then the model run and the response stream.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use specd_core::{PrefillRequest as CorePrefill, SeqId};
 use specd_wire::ids::WireId;
@@ -13,7 +12,7 @@ use tracing::debug;
 
 use super::convert::{hidden_to_wire, position, snapshot_of};
 use super::prefill_stream::SequenceHandover;
-use super::sequences::{SeqWire, Sequences};
+use super::sequences::Sequences;
 use super::status::{join_failed, status_of};
 use crate::batch::PendingPrefill;
 use crate::target::TargetModel;
@@ -129,19 +128,8 @@ fn finish_prefill<T: TargetModel>(
     let id = WireId::random();
     let built = prefill_messages(id, prefilled, committed_len, with_mtp_state, chunk_bytes);
     match built {
-        Ok((messages, sliding_start)) => {
-            sequences.insert(
-                id,
-                seq,
-                SeqWire {
-                    with_mtp_state,
-                    last_round: 0,
-                    committed_len,
-                    mirror_sliding_start: sliding_start,
-                    last_answer: None,
-                    last_used: Instant::now(),
-                },
-            );
+        Ok(messages) => {
+            sequences.insert(id, seq);
             Ok(messages)
         }
         Err(status) => {
@@ -157,7 +145,7 @@ fn prefill_messages(
     committed_len: u32,
     with_mtp_state: bool,
     chunk_bytes: usize,
-) -> Result<(Vec<PrefillResponse>, u32), Status> {
+) -> Result<Vec<PrefillResponse>, Status> {
     let carry = match (with_mtp_state, prefilled.carry) {
         (true, None) => return Err(Status::internal("prefill: the target returned no carry")),
         (_, carry) => carry,
@@ -169,7 +157,6 @@ fn prefill_messages(
         hidden: None,
     };
     let mut messages = Vec::new();
-    let mut sliding_start = 0;
     if let Some(carry) = carry.filter(|_| with_mtp_state) {
         head.hidden = Some(hidden_to_wire(&carry.hidden, "head.hidden")?);
         let shared = carry.shared_kv.as_ref().ok_or_else(|| {
@@ -178,7 +165,6 @@ fn prefill_messages(
             )
         })?;
         let snapshot = snapshot_of(committed_len, shared)?;
-        sliding_start = snapshot.sliding_start;
         for chunk in snapshot_chunks(&snapshot, chunk_bytes)? {
             messages.push(PrefillResponse {
                 body: Some(prefill_response::Body::Snapshot(chunk)),
@@ -191,7 +177,7 @@ fn prefill_messages(
             body: Some(prefill_response::Body::Head(head)),
         },
     );
-    Ok((messages, sliding_start))
+    Ok(messages)
 }
 
 /// Awaits the prefill and feeds the stream. Spawned, so it finishes (and cleans up) even

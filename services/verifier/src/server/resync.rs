@@ -16,41 +16,39 @@ impl<T: TargetModel> Sequences<T> {
     /// The shared-K/V snapshot at the current committed length, chunked. A drafter opened
     /// from it starts a fresh mirror, so later deltas evict relative to it. Blocking.
     pub fn snapshot(&self, seq_id: &str, chunk_bytes: usize) -> Result<Vec<SnapshotChunk>, Status> {
-        let entry = self.entry(seq_id)?;
-        let mut state = lock(&entry.state);
-        state.last_used = Instant::now();
-        let (len, shared) = self.local().shared_kv_sync(entry.seq).map_err(status_of)?;
+        let (_, record) = self.entry(seq_id)?;
+        let mut record = lock(&record);
+        record.last_used = Instant::now();
+        let (len, shared) = self.local().shared_kv_of(&record).map_err(status_of)?;
         let shared = shared.ok_or_else(|| {
             Status::failed_precondition("seq_id: this target exports no shared K/V")
         })?;
         let snapshot = snapshot_of(position(len, "committed_len")?, &shared)?;
         let chunks = snapshot_chunks(&snapshot, chunk_bytes)?;
-        state.mirror_sliding_start = snapshot.sliding_start;
+        record.rounds.mirror_sliding_start = snapshot.sliding_start as usize;
         Ok(chunks)
     }
 
     /// Rolls the sequence back to `committed_len` tokens. The last round can no longer be
     /// replayed afterwards. Blocking.
     pub fn truncate(&self, seq_id: &str, committed_len: u32) -> Result<u32, Status> {
-        let entry = self.entry(seq_id)?;
-        let mut state = lock(&entry.state);
-        state.last_used = Instant::now();
-        if committed_len == 0 || committed_len > state.committed_len {
+        let (_, record) = self.entry(seq_id)?;
+        let mut record = lock(&record);
+        record.last_used = Instant::now();
+        let held = self.local().len_of(&record);
+        if committed_len == 0 || committed_len as usize > held {
             return Err(Status::out_of_range(format!(
-                "committed_len: must be in 1..={}, got {committed_len}",
-                state.committed_len
+                "committed_len: must be in 1..={held}, got {committed_len}"
             )));
         }
         self.local()
-            .truncate_sync(entry.seq, committed_len as usize)
+            .truncate_record(&mut record, committed_len as usize)
             .map_err(|error| match error {
                 crate::VerifierError::Model(model) => {
                     Status::failed_precondition(format!("committed_len: {model}"))
                 }
                 other => status_of(other),
             })?;
-        state.committed_len = committed_len;
-        state.last_answer = None;
         Ok(committed_len)
     }
 }

@@ -7,26 +7,28 @@ use specd_wire::verifier::{ForwardStats, VerifyRequest, VerifyResponse};
 use tonic::Status;
 
 use super::convert::{delta_of, hidden_to_wire, position};
-use super::sequences::{Replay, SeqEntry, SeqWire, Sequences};
+use super::sequences::Sequences;
 use super::status::status_of;
-use crate::carry::TargetCarry;
+use crate::local::{RoundAnswer, RoundLog};
 use crate::target::TargetModel;
 use specd_core::sync::lock;
 
 impl<T: TargetModel> Sequences<T> {
     /// Applies a round through the batch scheduler, or replays the last one to a retry. The
-    /// protocol state is not locked while the round waits for its forward; a concurrent retry
-    /// of the same round gets the answer the verifier stored for it, so both agree.
+    /// record is not locked while the round waits for its forward; the scheduler checks it
+    /// again under its lock, so a concurrent retry of the same round gets the answer stored
+    /// for it and both agree.
     pub async fn verify(&self, request: VerifyRequest) -> Result<VerifyResponse, Status> {
-        let SeqEntry { seq, state: entry } = self.entry(&request.seq_id)?;
-        let with_mtp_state = {
-            let mut state = lock(&entry);
-            state.last_used = Instant::now();
-            if let Some(replay) = replay(&state, &request)? {
-                return Ok(replay);
+        let (seq, record) = self.entry(&request.seq_id)?;
+        let wants_carry = {
+            let mut record = lock(&record);
+            record.last_used = Instant::now();
+            if let Some(last) = replayable(&record.rounds, &request)? {
+                return response_of(last, true, record.wants_carry);
             }
-            check_order(&state, &request)?;
-            state.with_mtp_state
+            let held = self.local().len_of(&record);
+            check_order(&record.rounds, held, &request)?;
+            record.wants_carry
         };
         if request.tokens.is_empty() {
             return Err(Status::invalid_argument(
@@ -43,84 +45,60 @@ impl<T: TargetModel> Sequences<T> {
                 round: u32::try_from(request.round).map_err(|_| {
                     Status::out_of_range(format!("round: {} exceeds 32 bits", request.round))
                 })?,
-                tokens: request.tokens.clone(),
+                tokens: request.tokens,
                 budget: request.budget as usize,
                 output_index_base: u64::from(request.output_index_base),
-                want_carry: with_mtp_state,
+                want_carry: wants_carry,
             })
             .await
             .map_err(status_of)?;
-        let mut state = lock(&entry);
-        state.last_used = Instant::now();
-        if let Some(replay) = replay(&state, &request)? {
-            return Ok(replay);
-        }
-        check_order(&state, &request)?;
-        let verified = row.verified;
-        let committed_len = position(
-            state.committed_len as usize + verified.accepted + 1,
-            "committed_len",
-        )?;
-        let mut response = VerifyResponse {
-            accepted: position(verified.accepted, "accepted")?,
-            new_tokens: verified.new_tokens,
-            committed_len,
-            hidden: None,
-            kv_delta: None,
-            replayed: false,
-            forward: verified.forward.map(forward_stats),
-        };
-        if state.with_mtp_state {
-            let carry = verified
-                .carry
-                .ok_or_else(|| Status::internal("verify: the target returned no carry"))?;
-            attach_mtp_state(&mut state, &carry, row.sliding_start, &mut response)?;
-        }
-        state.last_round = request.round;
-        state.committed_len = committed_len;
-        state.last_answer = Some(Replay {
-            tokens: request.tokens,
-            response: response.clone(),
-        });
-        Ok(response)
+        response_of(&row.answer, row.replayed, wants_carry)
     }
 }
 
-/// Adds the hidden state at the accepted slot and the committed K/V rows, with the eviction
-/// that keeps the drafter's sliding mirror equal to this verifier's window.
-fn attach_mtp_state(
-    state: &mut SeqWire,
-    carry: &TargetCarry,
-    sliding_start: Option<usize>,
-    response: &mut VerifyResponse,
-) -> Result<(), Status> {
-    let rows = carry.shared_kv.as_ref().ok_or_else(|| {
-        Status::internal("verify: the target returned no K/V rows for the drafter")
-    })?;
-    let sliding_start = match sliding_start {
-        Some(start) => position(start, "kv_delta.sliding_start")?,
-        None => 0,
+/// The round's answer on the wire, with the hidden state at the accepted slot and the
+/// committed K/V rows when the sequence serves an MTP drafter.
+fn response_of(
+    answer: &RoundAnswer,
+    replayed: bool,
+    with_mtp_state: bool,
+) -> Result<VerifyResponse, Status> {
+    let verified = &answer.verified;
+    let mut response = VerifyResponse {
+        accepted: position(verified.accepted, "accepted")?,
+        new_tokens: verified.new_tokens.clone(),
+        committed_len: position(answer.committed_len(), "committed_len")?,
+        hidden: None,
+        kv_delta: None,
+        replayed,
+        forward: verified.forward.filter(|_| !replayed).map(forward_stats),
     };
-    let evicted = sliding_start.saturating_sub(state.mirror_sliding_start);
-    let delta = delta_of(state.committed_len, rows, evicted)?;
-    response.hidden = Some(hidden_to_wire(&carry.hidden, "hidden")?);
-    response.kv_delta = Some(delta.encode("kv_delta")?);
-    state.mirror_sliding_start = sliding_start;
-    Ok(())
+    if with_mtp_state {
+        let carry = verified
+            .carry
+            .as_ref()
+            .ok_or_else(|| Status::internal("verify: the target returned no carry"))?;
+        let rows = carry.shared_kv.as_ref().ok_or_else(|| {
+            Status::internal("verify: the target returned no K/V rows for the drafter")
+        })?;
+        let evicted = position(answer.sliding_evicted, "kv_delta.sliding_evicted")?;
+        let delta = delta_of(position(answer.start_len, "kv_delta.start")?, rows, evicted)?;
+        response.hidden = Some(hidden_to_wire(&carry.hidden, "hidden")?);
+        response.kv_delta = Some(delta.encode("kv_delta")?);
+    }
+    Ok(response)
 }
 
 /// The stored answer when `request` retries the last applied round with the same tokens.
-fn replay(state: &SeqWire, request: &VerifyRequest) -> Result<Option<VerifyResponse>, Status> {
-    if request.round != state.last_round {
+fn replayable<'a>(
+    rounds: &'a RoundLog,
+    request: &VerifyRequest,
+) -> Result<Option<&'a RoundAnswer>, Status> {
+    if request.round != rounds.applied {
         return Ok(None);
     }
-    match &state.last_answer {
-        Some(last) if last.tokens == request.tokens => {
-            let mut response = last.response.clone();
-            response.replayed = true;
-            response.forward = None;
-            Ok(Some(response))
-        }
+    match &rounds.last {
+        Some(last) if last.tokens == request.tokens => Ok(Some(last)),
         Some(_) => Err(Status::failed_precondition(format!(
             "tokens: a retry of round {} must send the tokens of the original request",
             request.round
@@ -128,23 +106,23 @@ fn replay(state: &SeqWire, request: &VerifyRequest) -> Result<Option<VerifyRespo
         None => Err(Status::failed_precondition(format!(
             "round: round {} was already applied or is not the next round ({})",
             request.round,
-            state.last_round + 1
+            rounds.applied + 1
         ))),
     }
 }
 
-fn check_order(state: &SeqWire, request: &VerifyRequest) -> Result<(), Status> {
-    let next = state.last_round + 1;
+fn check_order(rounds: &RoundLog, held: usize, request: &VerifyRequest) -> Result<(), Status> {
+    let next = rounds.applied + 1;
     if request.round != next {
         return Err(Status::failed_precondition(format!(
             "round: expected {next} (or {} to retry), got {}",
-            state.last_round, request.round
+            rounds.applied, request.round
         )));
     }
-    if request.committed_len != state.committed_len {
+    if request.committed_len as usize != held {
         return Err(Status::failed_precondition(format!(
-            "committed_len: the sequence holds {} tokens, the request says {}",
-            state.committed_len, request.committed_len
+            "committed_len: the sequence holds {held} tokens, the request says {}",
+            request.committed_len
         )));
     }
     Ok(())
