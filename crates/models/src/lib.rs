@@ -2,6 +2,7 @@
 
 pub mod causal_lm;
 pub mod checkpoint;
+mod config_json;
 pub mod cpu;
 pub mod error;
 pub mod exact;

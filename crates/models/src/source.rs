@@ -60,16 +60,11 @@ impl ModelSource {
 
     fn from_dir(dir: &Path) -> Result<Self> {
         let config = dir.join("config.json");
-        let text = std::fs::read_to_string(&config).map_err(|e| ModelError::io(&config, e))?;
-        let root: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::config("config.json", format!("{}: {e}", config.display())))?;
-        let model_type = root
-            .get("model_type")
-            .and_then(|v| v.as_str())
+        let model_type = crate::config_json::model_type(&crate::config_json::read(dir)?)?
             .ok_or_else(|| {
                 ModelError::config("model_type", format!("{}: missing", config.display()))
             })?;
-        match model_type {
+        match model_type.as_str() {
             "gemma4" | "gemma4_text" => Ok(Self::Gemma4 {
                 dir: dir.to_path_buf(),
             }),

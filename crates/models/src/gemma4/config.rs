@@ -11,27 +11,32 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::raw_config::{LooseBool, RawOuter, RawRope, RawTextConfig, TokenIds};
+use crate::config_json::{self, required};
 use crate::error::ModelError;
 
 /// Which attention a decoder layer runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
 pub enum LayerKind {
     Sliding,
     Full,
 }
 
-impl LayerKind {
-    fn parse(name: &str, field: &str) -> Result<Self, ModelError> {
-        match name {
+/// From the name `layer_types` uses; a derived enum would also take `{"full_attention": null}`.
+impl TryFrom<String> for LayerKind {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        match name.as_str() {
             "sliding_attention" => Ok(Self::Sliding),
             "full_attention" => Ok(Self::Full),
-            other => Err(ModelError::config(
-                field,
-                format!("unknown layer type {other:?}"),
-            )),
+            other => Err(format!("unknown layer type {other:?}")),
         }
     }
+}
 
+impl LayerKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Sliding => "sliding_attention",
@@ -97,86 +102,36 @@ pub struct CheckpointLayout {
     pub multimodal: bool,
 }
 
-#[derive(Deserialize)]
-struct RawRope {
-    rope_type: Option<String>,
-    rope_theta: Option<f64>,
-    partial_rotary_factor: Option<f64>,
-    factor: Option<f64>,
-}
-
-fn field<T: for<'de> Deserialize<'de>>(
-    obj: &Value,
-    name: &str,
-    prefix: &str,
-) -> Result<Option<T>, ModelError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| ModelError::config(&format!("{prefix}{name}"), e.to_string())),
-    }
-}
-
-fn required<T: for<'de> Deserialize<'de>>(
-    obj: &Value,
-    name: &str,
-    prefix: &str,
-) -> Result<T, ModelError> {
-    field(obj, name, prefix)?
-        .ok_or_else(|| ModelError::config(&format!("{prefix}{name}"), "missing"))
-}
-
-fn token_ids(obj: &Value, name: &str, prefix: &str) -> Result<Vec<u32>, ModelError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(_)) => required::<Vec<u32>>(obj, name, prefix),
-        Some(_) => Ok(vec![required::<u32>(obj, name, prefix)?]),
-    }
-}
-
 impl Gemma4TextConfig {
     /// Reads `config.json` from a checkpoint directory.
     pub fn from_dir(dir: &Path) -> Result<(Self, CheckpointLayout), ModelError> {
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::config("config.json", e.to_string()))?;
-        Self::from_json(&value)
+        Self::from_json(&config_json::read(dir)?)
     }
 
     /// Resolves a parsed `config.json` of either shape.
     pub fn from_json(root: &Value) -> Result<(Self, CheckpointLayout), ModelError> {
-        let model_type: String = required(root, "model_type", "")?;
-        match model_type.as_str() {
-            "gemma4_text" => {
-                let cfg = Self::from_text_json(root, "", None)?;
-                Ok((
-                    cfg,
-                    CheckpointLayout {
-                        text_prefix: "model.".into(),
-                        multimodal: false,
-                    },
-                ))
-            }
+        let model_type = required(config_json::model_type(root)?, "model_type")?;
+        let (cfg, text_prefix, multimodal) = match model_type.as_str() {
+            "gemma4_text" => (Self::from_text_json(root, "", None)?, "model.", false),
             "gemma4" => {
                 let text = root.get("text_config").ok_or_else(|| {
                     ModelError::config("text_config", "missing for model_type gemma4")
                 })?;
                 let cfg = Self::from_text_json(text, "text_config.", Some(root))?;
-                Ok((
-                    cfg,
-                    CheckpointLayout {
-                        text_prefix: "model.language_model.".into(),
-                        multimodal: true,
-                    },
+                (cfg, "model.language_model.", true)
+            }
+            other => {
+                return Err(ModelError::config(
+                    "model_type",
+                    format!("expected gemma4_text or gemma4, got {other:?}"),
                 ))
             }
-            other => Err(ModelError::config(
-                "model_type",
-                format!("expected gemma4_text or gemma4, got {other:?}"),
-            )),
-        }
+        };
+        let layout = CheckpointLayout {
+            text_prefix: text_prefix.into(),
+            multimodal,
+        };
+        Ok((cfg, layout))
     }
 
     /// Resolves a text config object; `outer` is the multimodal wrapper, whose top-level
@@ -186,38 +141,48 @@ impl Gemma4TextConfig {
         prefix: &str,
         outer: Option<&Value>,
     ) -> Result<Self, ModelError> {
-        let p = prefix;
-        if field::<bool>(obj, "enable_moe_block", p)?.unwrap_or(false) {
+        let raw = config_json::parse(obj, prefix)?;
+        let outer = outer.map(|o| config_json::parse(o, "")).transpose()?;
+        Self::resolve(raw, outer, prefix)
+    }
+
+    /// Applies defaults and checks to the fields as written; `p` prefixes every field name.
+    pub(crate) fn resolve(
+        mut raw: RawTextConfig,
+        outer: Option<RawOuter>,
+        p: &str,
+    ) -> Result<Self, ModelError> {
+        if raw.enable_moe_block.unwrap_or(false) {
             return Err(ModelError::Unsupported(format!(
                 "{p}enable_moe_block: mixture-of-experts Gemma 4 checkpoints are not supported yet"
             )));
         }
-        if let Some(mode) = field::<String>(obj, "use_bidirectional_attention", p)? {
-            if mode == "all" {
-                return Err(ModelError::Unsupported(format!(
-                    "{p}use_bidirectional_attention: \"all\" (non-causal text attention) is not supported"
-                )));
-            }
+        if raw.use_bidirectional_attention.as_deref() == Some("all") {
+            return Err(ModelError::Unsupported(format!(
+                "{p}use_bidirectional_attention: \"all\" (non-causal text attention) is not supported"
+            )));
         }
-        let activation = field::<String>(obj, "hidden_activation", p)?
-            .unwrap_or_else(|| "gelu_pytorch_tanh".into());
+        let activation = raw
+            .hidden_activation
+            .as_deref()
+            .unwrap_or("gelu_pytorch_tanh");
         if activation != "gelu_pytorch_tanh" {
             return Err(ModelError::Unsupported(format!(
                 "{p}hidden_activation: only gelu_pytorch_tanh is supported, got {activation:?}"
             )));
         }
 
-        let vocab_size: usize = field(obj, "vocab_size", p)?.unwrap_or(262_144);
-        let hidden_size: usize = required(obj, "hidden_size", p)?;
-        let intermediate_size: usize = required(obj, "intermediate_size", p)?;
-        let num_layers: usize = required(obj, "num_hidden_layers", p)?;
-        let num_heads: usize = required(obj, "num_attention_heads", p)?;
-        let num_kv_heads: usize = field(obj, "num_key_value_heads", p)?.unwrap_or(4);
-        let head_dim: usize = field(obj, "head_dim", p)?.unwrap_or(256);
-        let k_eq_v: bool = field(obj, "attention_k_eq_v", p)?.unwrap_or(false);
-        let num_kv_shared_layers: usize = field(obj, "num_kv_shared_layers", p)?.unwrap_or(0);
-        let double_wide: bool = field(obj, "use_double_wide_mlp", p)?.unwrap_or(false);
-        let ple: usize = field(obj, "hidden_size_per_layer_input", p)?.unwrap_or(256);
+        let field = |name: &str| format!("{p}{name}");
+        let hidden_size = required(raw.hidden_size, &field("hidden_size"))?;
+        let intermediate_size = required(raw.intermediate_size, &field("intermediate_size"))?;
+        let num_layers = required(raw.num_hidden_layers, &field("num_hidden_layers"))?;
+        let num_heads = required(raw.num_attention_heads, &field("num_attention_heads"))?;
+        let num_kv_heads = raw.num_key_value_heads.unwrap_or(4);
+        let head_dim = raw.head_dim.unwrap_or(256);
+        let k_eq_v = raw.attention_k_eq_v.unwrap_or(false);
+        let num_kv_shared_layers = raw.num_kv_shared_layers.unwrap_or(0);
+        let double_wide = raw.use_double_wide_mlp.unwrap_or(false);
+        let ple = raw.hidden_size_per_layer_input.unwrap_or(256);
         if hidden_size == 0
             || num_layers == 0
             || num_heads == 0
@@ -225,19 +190,19 @@ impl Gemma4TextConfig {
             || num_kv_heads == 0
         {
             return Err(ModelError::config(
-                &format!("{p}hidden_size"),
+                &field("hidden_size"),
                 "hidden_size, num_hidden_layers, num_attention_heads, head_dim and num_key_value_heads must be positive",
             ));
         }
         if num_kv_shared_layers > num_layers {
             return Err(ModelError::config(
-                &format!("{p}num_kv_shared_layers"),
+                &field("num_kv_shared_layers"),
                 format!("{num_kv_shared_layers} exceeds num_hidden_layers {num_layers}"),
             ));
         }
 
-        let kinds = Self::layer_kinds(obj, p, num_layers)?;
-        let overrides = Self::full_layer_overrides(obj, p, &kinds, k_eq_v)?;
+        let kinds = Self::layer_kinds(raw.layer_types.take(), p, num_layers)?;
+        let overrides = Self::full_layer_overrides(&raw, p, &kinds, k_eq_v)?;
 
         let first_shared = num_layers - num_kv_shared_layers;
         let mut layers = Vec::with_capacity(num_layers);
@@ -253,7 +218,7 @@ impl Gemma4TextConfig {
                 .unwrap_or((head_dim, num_kv_heads));
             if !num_heads.is_multiple_of(nkv) {
                 return Err(ModelError::config(
-                    &format!("{p}num_key_value_heads"),
+                    &field("num_key_value_heads"),
                     format!("layer {i}: {num_heads} attention heads are not a multiple of {nkv} kv heads"),
                 ));
             }
@@ -261,7 +226,7 @@ impl Gemma4TextConfig {
             let kv_source = if shared {
                 (0..first_shared).rev().find(|&j| kinds[j] == kind).ok_or_else(|| {
                     ModelError::config(
-                        &format!("{p}num_kv_shared_layers"),
+                        &field("num_kv_shared_layers"),
                         format!("layer {i} ({}) is KV-shared but no earlier layer of its type produces K/V", kind.as_str()),
                     )
                 })?
@@ -281,7 +246,7 @@ impl Gemma4TextConfig {
             let src = &layers[l.kv_source];
             if src.head_dim != l.head_dim || src.num_kv_heads != l.num_kv_heads {
                 return Err(ModelError::config(
-                    &format!("{p}per_layer_config"),
+                    &field("per_layer_config"),
                     format!(
                         "layer {i} shares K/V of layer {} whose geometry differs",
                         l.kv_source
@@ -290,57 +255,56 @@ impl Gemma4TextConfig {
             }
         }
 
-        let (rope_sliding, rope_full) = Self::rope(obj, p)?;
-        let tie = outer
-            .and_then(|o| o.get("tie_word_embeddings"))
-            .or_else(|| obj.get("tie_word_embeddings"))
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let mut eos = token_ids(obj, "eos_token_id", p)?;
-        if let Some(o) = outer {
-            let outer_eos = token_ids(o, "eos_token_id", "")?;
-            if !outer_eos.is_empty() {
-                eos = outer_eos;
-            }
-        }
+        let (rope_sliding, rope_full) = Self::rope(raw.rope_parameters, p)?;
+        let (outer_tie, outer_eos) = match outer {
+            Some(o) => (o.tie_word_embeddings, TokenIds::into_vec(o.eos_token_id)),
+            None => (LooseBool::Absent, Vec::new()),
+        };
+        let tie = match outer_tie {
+            LooseBool::Absent => raw.tie_word_embeddings,
+            set => set,
+        };
+        let eos = if outer_eos.is_empty() {
+            TokenIds::into_vec(raw.eos_token_id)
+        } else {
+            outer_eos
+        };
         Ok(Self {
-            vocab_size,
+            vocab_size: raw.vocab_size.unwrap_or(262_144),
             hidden_size,
             intermediate_size,
             num_layers,
             num_heads,
-            rms_norm_eps: field(obj, "rms_norm_eps", p)?.unwrap_or(1e-6),
-            sliding_window: field(obj, "sliding_window", p)?.unwrap_or(512),
-            final_logit_softcapping: field(obj, "final_logit_softcapping", p)?,
-            attention_bias: field(obj, "attention_bias", p)?.unwrap_or(false),
+            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+            sliding_window: raw.sliding_window.unwrap_or(512),
+            final_logit_softcapping: raw.final_logit_softcapping,
+            attention_bias: raw.attention_bias.unwrap_or(false),
             per_layer_input_size: (ple > 0).then_some(ple),
-            per_layer_vocab_size: field(obj, "vocab_size_per_layer_input", p)?.unwrap_or(262_144),
+            per_layer_vocab_size: raw.vocab_size_per_layer_input.unwrap_or(262_144),
             num_kv_shared_layers,
-            max_position_embeddings: field(obj, "max_position_embeddings", p)?.unwrap_or(131_072),
+            max_position_embeddings: raw.max_position_embeddings.unwrap_or(131_072),
             layers,
             rope_sliding,
             rope_full,
-            tie_word_embeddings: tie,
+            tie_word_embeddings: !matches!(tie, LooseBool::Bool(false)),
             eos_token_ids: eos,
-            bos_token_id: field(obj, "bos_token_id", p)?,
+            bos_token_id: raw.bos_token_id,
         })
     }
 
-    fn layer_kinds(obj: &Value, p: &str, num_layers: usize) -> Result<Vec<LayerKind>, ModelError> {
-        let mut kinds = match field::<Vec<String>>(obj, "layer_types", p)? {
-            Some(names) => {
-                if names.len() != num_layers {
-                    return Err(ModelError::config(
-                        &format!("{p}layer_types"),
-                        format!("has {} entries for {num_layers} layers", names.len()),
-                    ));
-                }
-                names
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| LayerKind::parse(n, &format!("{p}layer_types[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()?
+    fn layer_kinds(
+        names: Option<Vec<LayerKind>>,
+        p: &str,
+        num_layers: usize,
+    ) -> Result<Vec<LayerKind>, ModelError> {
+        let mut kinds = match names {
+            Some(kinds) if kinds.len() != num_layers => {
+                return Err(ModelError::config(
+                    &format!("{p}layer_types"),
+                    format!("has {} entries for {num_layers} layers", kinds.len()),
+                ))
             }
+            Some(kinds) => kinds,
             // transformers' default pattern: five sliding layers, then one full layer.
             None => (0..num_layers)
                 .map(|i| {
@@ -360,75 +324,68 @@ impl Gemma4TextConfig {
     }
 
     fn full_layer_overrides(
-        obj: &Value,
+        raw: &RawTextConfig,
         p: &str,
         kinds: &[LayerKind],
         k_eq_v: bool,
     ) -> Result<BTreeMap<usize, GeometryOverride>, ModelError> {
+        let Some(per_layer) = &raw.per_layer_config else {
+            let global_head_dim = config_json::deferred(
+                raw.global_head_dim.as_ref(),
+                &format!("{p}global_head_dim"),
+            )?
+            .unwrap_or(512);
+            let global_kv = config_json::deferred(
+                raw.num_global_key_value_heads.as_ref(),
+                &format!("{p}num_global_key_value_heads"),
+            )?;
+            let global = GeometryOverride {
+                head_dim: Some(global_head_dim),
+                // transformers applies the global KV head count only with k_eq_v.
+                num_kv_heads: if k_eq_v { global_kv } else { None },
+            };
+            return Ok((0..kinds.len())
+                .filter(|&i| kinds[i] == LayerKind::Full)
+                .map(|i| (i, global))
+                .collect());
+        };
         let mut out = BTreeMap::new();
-        match obj.get("per_layer_config") {
-            Some(Value::Object(map)) => {
-                for (key, value) in map {
-                    let name = format!("{p}per_layer_config.{key}");
-                    let idx: usize = key
-                        .parse()
-                        .map_err(|_| ModelError::config(&name, "key is not a layer index"))?;
-                    if idx >= kinds.len() {
-                        return Err(ModelError::config(
-                            &name,
-                            format!("layer {idx} does not exist"),
-                        ));
-                    }
-                    let Value::Object(fields) = value else {
-                        return Err(ModelError::config(&name, "expected an object of overrides"));
-                    };
-                    let mut o = GeometryOverride::default();
-                    for (fname, fval) in fields {
-                        let fpath = format!("{name}.{fname}");
-                        let n = fval.as_u64().filter(|&n| n > 0).ok_or_else(|| {
-                            ModelError::config(&fpath, "expected a positive integer")
-                        })? as usize;
-                        match fname.as_str() {
-                            "head_dim" => o.head_dim = Some(n),
-                            "num_key_value_heads" => o.num_kv_heads = Some(n),
-                            _ => {
-                                return Err(ModelError::Unsupported(format!(
-                                    "{fpath}: per-layer override of {fname:?} is not supported"
-                                )))
-                            }
-                        }
-                    }
-                    out.insert(idx, o);
-                }
-            }
-            Some(Value::Null) | None => {
-                let global_head_dim: usize = field(obj, "global_head_dim", p)?.unwrap_or(512);
-                let global_kv: Option<usize> = field(obj, "num_global_key_value_heads", p)?;
-                for (i, k) in kinds.iter().enumerate() {
-                    if *k == LayerKind::Full {
-                        out.insert(
-                            i,
-                            GeometryOverride {
-                                head_dim: Some(global_head_dim),
-                                // transformers applies the global KV head count only with k_eq_v.
-                                num_kv_heads: if k_eq_v { global_kv } else { None },
-                            },
-                        );
-                    }
-                }
-            }
-            Some(_) => {
+        for (key, fields) in per_layer {
+            let name = format!("{p}per_layer_config.{key}");
+            let idx: usize = key
+                .parse()
+                .map_err(|_| ModelError::config(&name, "key is not a layer index"))?;
+            if idx >= kinds.len() {
                 return Err(ModelError::config(
-                    &format!("{p}per_layer_config"),
-                    "expected an object",
-                ))
+                    &name,
+                    format!("layer {idx} does not exist"),
+                ));
             }
+            let mut o = GeometryOverride::default();
+            for (fname, &n) in fields {
+                let fpath = format!("{name}.{fname}");
+                if n == 0 {
+                    return Err(ModelError::config(&fpath, "expected a positive integer"));
+                }
+                match fname.as_str() {
+                    "head_dim" => o.head_dim = Some(n),
+                    "num_key_value_heads" => o.num_kv_heads = Some(n),
+                    _ => {
+                        return Err(ModelError::Unsupported(format!(
+                            "{fpath}: per-layer override of {fname:?} is not supported"
+                        )))
+                    }
+                }
+            }
+            out.insert(idx, o);
         }
         Ok(out)
     }
 
-    fn rope(obj: &Value, p: &str) -> Result<(RopeConfig, RopeConfig), ModelError> {
-        let raw: Option<BTreeMap<String, RawRope>> = field(obj, "rope_parameters", p)?;
+    fn rope(
+        raw: Option<BTreeMap<String, RawRope>>,
+        p: &str,
+    ) -> Result<(RopeConfig, RopeConfig), ModelError> {
         let default_sliding = RopeConfig {
             theta: 10_000.0,
             partial_rotary_factor: 1.0,
@@ -498,4 +455,83 @@ impl Gemma4TextConfig {
 struct GeometryOverride {
     head_dim: Option<usize>,
     num_kv_heads: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn multimodal(edit: impl FnOnce(&mut Value)) -> Result<Gemma4TextConfig, String> {
+        let mut root = json!({
+            "model_type": "gemma4",
+            "text_config": {
+                "hidden_size": 8,
+                "intermediate_size": 16,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 4,
+            },
+        });
+        edit(&mut root);
+        Gemma4TextConfig::from_json(&root)
+            .map(|(cfg, _)| cfg)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn missing_and_wrong_typed_fields_are_named_by_their_path() {
+        let err = multimodal(|r| r["text_config"]["num_hidden_layers"] = Value::Null).unwrap_err();
+        assert_eq!(err, "config field text_config.num_hidden_layers: missing");
+        let err = multimodal(|r| r["text_config"]["num_hidden_layers"] = json!("2")).unwrap_err();
+        assert_eq!(
+            err,
+            "config field text_config.num_hidden_layers: invalid type: string \"2\", expected usize"
+        );
+        let err =
+            multimodal(|r| r["text_config"]["per_layer_config"] = json!({"1": {"head_dim": 1.5}}))
+                .unwrap_err();
+        assert!(
+            err.starts_with("config field text_config.per_layer_config.1.head_dim: invalid type"),
+            "{err}"
+        );
+        let err = multimodal(|r| r["text_config"]["layer_types"] = json!(["full_attention", 1]))
+            .unwrap_err();
+        assert!(
+            err.starts_with("config field text_config.layer_types[1]: invalid type"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn lenient_fields_read_as_before() {
+        let cfg = multimodal(|r| {
+            let text = &mut r["text_config"];
+            text["rms_norm_eps"] = json!(1);
+            text["sliding_window"] = Value::Null;
+            text["tie_word_embeddings"] = json!(false);
+            text["eos_token_id"] = json!([1, 106]);
+            // Read only without per_layer_config.
+            text["global_head_dim"] = json!("unused");
+            text["per_layer_config"] = json!({"1": {"head_dim": 8}});
+            r["tie_word_embeddings"] = json!("not a boolean");
+            r["eos_token_id"] = json!([]);
+        })
+        .unwrap();
+        assert_eq!(cfg.rms_norm_eps, 1.0);
+        assert_eq!(cfg.sliding_window, 512);
+        assert!(
+            cfg.tie_word_embeddings,
+            "a wrapper's non-boolean means the default"
+        );
+        assert_eq!(cfg.eos_token_ids, [1, 106]);
+        assert_eq!(cfg.layers[1].head_dim, 8);
+
+        let err = multimodal(|r| r["text_config"]["global_head_dim"] = json!("used")).unwrap_err();
+        assert!(
+            err.starts_with("config field text_config.global_head_dim: invalid type"),
+            "{err}"
+        );
+    }
 }

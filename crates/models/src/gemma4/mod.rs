@@ -5,6 +5,7 @@ pub mod config;
 mod layer;
 mod model;
 pub(crate) mod norm;
+pub(crate) mod raw_config;
 pub(crate) mod rope;
 
 pub use crate::causal_lm::OutputRows;

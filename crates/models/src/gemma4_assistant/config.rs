@@ -8,9 +8,12 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::Value;
 
+use crate::config_json::{self, required};
 use crate::error::ModelError;
+use crate::gemma4::raw_config::{RawOuter, RawTextConfig};
 use crate::gemma4::{Gemma4TextConfig, LayerKind};
 
 /// The resolved assistant configuration.
@@ -31,32 +34,25 @@ pub struct Gemma4AssistantConfig {
     pub tie_word_embeddings: bool,
 }
 
-fn opt<T: for<'de> serde::Deserialize<'de>>(
-    obj: &Value,
-    name: &str,
-    prefix: &str,
-) -> Result<Option<T>, ModelError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| ModelError::config(&format!("{prefix}{name}"), e.to_string())),
-    }
+/// The assistant's own top-level fields as written; null reads as absent.
+#[derive(Deserialize)]
+struct RawAssistant {
+    backbone_hidden_size: Option<usize>,
+    use_ordered_embeddings: Option<bool>,
+    num_centroids: Option<usize>,
+    centroid_intermediate_top_k: Option<usize>,
+    block_size: Option<usize>,
+    tie_word_embeddings: Option<bool>,
 }
 
 impl Gemma4AssistantConfig {
     /// Reads `config.json` from an assistant checkpoint directory.
     pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::config("config.json", e.to_string()))?;
-        Self::from_json(&value)
+        Self::from_json(&config_json::read(dir)?)
     }
 
     pub fn from_json(root: &Value) -> Result<Self, ModelError> {
-        let model_type: String = opt(root, "model_type", "")?
-            .ok_or_else(|| ModelError::config("model_type", "missing"))?;
+        let model_type = required(config_json::model_type(root)?, "model_type")?;
         if model_type != "gemma4_assistant" {
             return Err(ModelError::config(
                 "model_type",
@@ -65,17 +61,19 @@ impl Gemma4AssistantConfig {
         }
         let raw_text = root
             .get("text_config")
-            .filter(|v| v.is_object())
             .ok_or_else(|| ModelError::config("text_config", "missing (an object is required)"))?;
-        let text = Self::text_config(raw_text, root)?;
+        let text = Self::text_config(
+            config_json::parse(raw_text, "text_config.")?,
+            config_json::parse(root, "")?,
+        )?;
 
-        let backbone_hidden_size: usize = opt(root, "backbone_hidden_size", "")?.unwrap_or(1536);
-        let use_ordered_embeddings: bool =
-            opt(root, "use_ordered_embeddings", "")?.unwrap_or(false);
-        let num_centroids: usize = opt(root, "num_centroids", "")?.unwrap_or(2048);
-        let top_k: usize = opt(root, "centroid_intermediate_top_k", "")?.unwrap_or(32);
-        let block_size: Option<usize> = opt(root, "block_size", "")?;
-        let tie_word_embeddings: bool = opt(root, "tie_word_embeddings", "")?.unwrap_or(true);
+        let raw: RawAssistant = config_json::parse(root, "")?;
+        let backbone_hidden_size = raw.backbone_hidden_size.unwrap_or(1536);
+        let use_ordered_embeddings = raw.use_ordered_embeddings.unwrap_or(false);
+        let num_centroids = raw.num_centroids.unwrap_or(2048);
+        let top_k = raw.centroid_intermediate_top_k.unwrap_or(32);
+        let block_size = raw.block_size;
+        let tie_word_embeddings = raw.tie_word_embeddings.unwrap_or(true);
         if backbone_hidden_size == 0 {
             return Err(ModelError::config(
                 "backbone_hidden_size",
@@ -113,36 +111,35 @@ impl Gemma4AssistantConfig {
         })
     }
 
-    fn text_config(raw: &Value, root: &Value) -> Result<Gemma4TextConfig, ModelError> {
+    fn text_config(
+        mut raw: RawTextConfig,
+        outer: RawOuter,
+    ) -> Result<Gemma4TextConfig, ModelError> {
         let p = "text_config.";
         // transformers' Gemma4TextConfig defaults to 256 when the key is absent.
-        let ple: u64 = opt(raw, "hidden_size_per_layer_input", p)?.unwrap_or(256);
+        let ple = raw.hidden_size_per_layer_input.unwrap_or(256);
         if ple != 0 {
             return Err(ModelError::Unsupported(format!(
                 "{p}hidden_size_per_layer_input: an assistant must not use per-layer embeddings (got {ple}{}; 0 is required)",
-                if raw.get("hidden_size_per_layer_input").is_none() { ", the default when absent" } else { "" }
+                if raw.hidden_size_per_layer_input.is_none() { ", the default when absent" } else { "" }
             )));
         }
-        if opt::<bool>(raw, "use_double_wide_mlp", p)?.unwrap_or(false) {
+        if raw.use_double_wide_mlp.unwrap_or(false) {
             return Err(ModelError::Unsupported(format!(
                 "{p}use_double_wide_mlp: not supported in an assistant (must be false)"
             )));
         }
-        let layers: usize = opt(raw, "num_hidden_layers", p)?
-            .ok_or_else(|| ModelError::config(&format!("{p}num_hidden_layers"), "missing"))?;
+        let layers = required(raw.num_hidden_layers, &format!("{p}num_hidden_layers"))?;
         // transformers turns 0 / absent into "every layer is shared" and rejects anything else.
-        let shared: usize = opt(raw, "num_kv_shared_layers", p)?.unwrap_or(0);
+        let shared = raw.num_kv_shared_layers.unwrap_or(0);
         if shared != 0 && shared != layers {
             return Err(ModelError::config(
                 &format!("{p}num_kv_shared_layers"),
                 format!("every assistant layer must be KV-shared: expected {layers}, got {shared}"),
             ));
         }
-        let mut unshared = raw.clone();
-        if let Value::Object(map) = &mut unshared {
-            map.insert("num_kv_shared_layers".into(), Value::from(0));
-        }
-        let mut text = Gemma4TextConfig::from_text_json(&unshared, p, Some(root))?;
+        raw.num_kv_shared_layers = Some(0);
+        let mut text = Gemma4TextConfig::resolve(raw, Some(outer), p)?;
         text.num_kv_shared_layers = text.num_layers;
         Ok(text)
     }
