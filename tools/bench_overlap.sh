@@ -29,8 +29,9 @@ target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 "$repo/tools/fetch_qwen_pair.sh" "$models"
 llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd)
+(cd "$repo" && cargo build --release -p specd -p specd-bench)
 specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+specd_bench=${CARGO_TARGET_DIR:-$repo/target}/release/specd-bench
 mkdir -p "$out"
 
 pids=()
@@ -70,7 +71,7 @@ for overlap in on off; do
         --http-listen 127.0.0.1:0
 done
 
-"$specd" bench --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
+"$specd_bench" --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
 {
     echo "date: $(date -u)"
     echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"

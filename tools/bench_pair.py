@@ -2,10 +2,10 @@
 """specd and llama.cpp side by side on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair.
 
 Driven by tools/bench_pair.sh, which builds both tools first. In one run, with the same
-prompts (the chat-templated texts `specd bench` renders), the same number of new tokens and
+prompts (the chat-templated texts `specd-bench` renders), the same number of new tokens and
 greedy decoding:
 
-- specd: `specd bench --sweep` (plain, then fixed K drafts per round for the draft-model and
+- specd: `specd-bench --sweep` (plain, then fixed K drafts per round for the draft-model and
   n-gram drafters), which also measures the step costs and checks every speculative output
   against plain;
 - llama.cpp: `llama-completion` (plain) and `llama-speculative-simple` (draft model, K drafts)
@@ -17,9 +17,9 @@ greedy decoding:
 - both: cold start to the first token (a fresh process generating one token from the first
   prompt, timed from spawn to exit, with its peak resident memory), 3 runs each.
 
-Every prompt has a kind (`code`, `prose`, `edit` for specd's built-in set; see `specd bench
+Every prompt has a kind (`code`, `prose`, `edit` for specd's built-in set; see `specd-bench
 --kinds`), and the report gives every row's tokens/s and ratio to its own tool's plain decoding
-per kind as well as over all prompts. The "Engine" section sets specd's CPU engine (the `engine` object of `specd bench`) beside
+per kind as well as over all prompts. The "Engine" section sets specd's CPU engine (the `engine` object of `specd-bench`) beside
 llama.cpp, each figure next to the target it should meet. Tokens per second count decode only
 (prompt processing excluded) on both sides. Every specd process runs with SPECD_THREADS set to
 the thread count llama.cpp gets. Writes specd.json, llama.json, cold_start.json, report.md and
@@ -181,7 +181,7 @@ def llama_runs(args, prompts, out):
     return results
 
 
-# The long prompt of the prefill comparison (specd bench's engine section uses as many).
+# The long prompt of the prefill comparison (specd-bench's engine section uses as many).
 PREFILL_TOKENS = 1500
 # Tokens of llama-bench's decode (tg) test.
 TG_TOKENS = 32
@@ -590,6 +590,7 @@ def report_only(args, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specd")
+    parser.add_argument("--specd-bench")
     parser.add_argument("--llama-bin")
     parser.add_argument("--target", required=True)
     parser.add_argument("--drafter")
@@ -610,15 +611,15 @@ def main():
     if args.report_only:
         report_only(args, out)
         return
-    for name in ("specd", "llama_bin", "drafter"):
+    for name in ("specd", "specd_bench", "llama_bin", "drafter"):
         if getattr(args, name) is None:
             parser.error(f"--{name.replace('_', '-')} is required unless --report-only")
     out.mkdir(parents=True, exist_ok=True)
 
-    print("specd bench --sweep ...", file=sys.stderr)
+    print("specd-bench --sweep ...", file=sys.stderr)
     env = dict(os.environ, SPECD_THREADS=str(args.threads))
     proc = run(
-        [args.specd, "bench", "--target", args.target, "--drafter", args.drafter,
+        [args.specd_bench, "--target", args.target, "--drafter", args.drafter,
          "--sweep", ",".join(map(str, args.ks)), "--sweep-drafts", "draft-model,ngram,hybrid",
          "--max-tokens", str(args.max_tokens), "--ttft-tokens", str(PREFILL_TOKENS), "--json"]
         + (["--prompts", args.prompts] if args.prompts else [])
@@ -628,7 +629,7 @@ def main():
         env=env,
     )
     if not proc.stdout.strip():
-        sys.exit(f"specd bench failed (exit {proc.returncode}), see {out / 'specd-bench.log'}")
+        sys.exit(f"specd-bench failed (exit {proc.returncode}), see {out / 'specd-bench.log'}")
     specd = json.loads(proc.stdout.strip().splitlines()[-1])
     (out / "specd.json").write_text(json.dumps(specd, indent=1))
     specd_failed = proc.returncode != 0

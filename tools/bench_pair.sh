@@ -3,7 +3,7 @@
 # run: specd plain and speculative (draft-model and n-gram, K = 1..6 drafts per round) and
 # llama.cpp plain, speculative (the same draft model and K) and prompt lookup (llama-lookup,
 # the same K, on the edit prompts), same prompts, same number of new tokens, greedy; every
-# figure also per prompt kind (code, prose, edit). Then the engines themselves: specd bench's engine section (memory read
+# figure also per prompt kind (code, prose, edit). Then the engines themselves: specd-bench's engine section (memory read
 # bandwidth, decode step and the share of that bandwidth it uses, verify of 1..8 tokens, draft
 # step, prefill of a 1,500-token prompt on both models) against llama-bench (tg32, pp1..8 and
 # pp1500 on the target, tg32 and pp1500 on the drafter), and the cold start to the first token
@@ -17,13 +17,13 @@
 #   llama.json, cold_start.json and every raw log.
 # Environment: MAX_TOKENS (default 40), KS (default 1,2,3,4,5,6), THREADS (default: all
 #   cores; llama.cpp's -t and SPECD_THREADS of every specd process), PROMPTS (a file, one
-#   prompt a line, `KIND<TAB>TEXT` to give it a kind; default: specd bench's built-in code,
+#   prompt a line, `KIND<TAB>TEXT` to give it a kind; default: specd-bench's built-in code,
 #   prose and edit prompts), KINDS (the prompt kinds to run, e.g. code,edit; default: all),
 #   LOOKUP_KINDS (the kinds llama-lookup runs on, or all; default: edit), SPECD_MODEL_DIR,
 #   SPECD_LLAMACPP_DIR, CARGO_TARGET_DIR.
 #
 # Fetches the pair (tools/fetch_qwen_pair.sh) and builds llama.cpp (tools/build_llamacpp.sh)
-# and specd (release) when needed. Needs python3 for the driver (tools/bench_pair.py).
+# and specd and specd-bench (release) when needed. Needs python3 for the driver (tools/bench_pair.py).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,8 +39,9 @@ drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 "$repo/tools/fetch_qwen_pair.sh" "$models"
 # The probe makes the build prove it runs batches of the target (see build_llamacpp.sh).
 llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd)
+(cd "$repo" && cargo build --release -p specd -p specd-bench)
 specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+specd_bench=${CARGO_TARGET_DIR:-$repo/target}/release/specd-bench
 
 mkdir -p "$out"
 {
@@ -48,7 +49,7 @@ mkdir -p "$out"
     echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
     echo "load before: $(uptime)"
 } | tee "$out/machine.txt"
-python3 "$repo/tools/bench_pair.py" --specd "$specd" --llama-bin "$llama_bin" \
+python3 "$repo/tools/bench_pair.py" --specd "$specd" --specd-bench "$specd_bench" --llama-bin "$llama_bin" \
     --target "$target" --drafter "$drafter" \
     --max-tokens "$max_tokens" --ks "$ks" --threads "$threads" --out "$out" \
     ${PROMPTS:+--prompts "$PROMPTS"} ${KINDS:+--kinds "$KINDS"} \

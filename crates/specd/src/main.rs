@@ -1,18 +1,7 @@
 //! The `specd` command line.
 
-mod bench;
-mod device;
-mod draft;
-mod embedded_draft_model;
-mod embedded_drafter;
-mod embedded_mtp;
-mod generate;
-mod health;
-mod serve;
-mod speed;
-mod text;
-
 use clap::{Parser, Subcommand};
+use specd::{draft, generate, health, serve};
 
 #[derive(Parser)]
 #[command(
@@ -34,8 +23,6 @@ enum Command {
     Draft(draft::DraftArgs),
     /// Run a service: verifier, drafter or router.
     Serve(Box<serve::ServeArgs>),
-    /// Compare plain, embedded speculative and split (gRPC) decoding on one checkpoint pair.
-    Bench(bench::BenchArgs),
     /// Ask a specd server whether it is serving (exit status 0 when it is), for health probes.
     Health(health::HealthArgs),
 }
@@ -52,7 +39,6 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Draft(args) => draft::run(args),
         Command::Serve(args) => serve::run(*args),
-        Command::Bench(args) => bench::run(args),
         Command::Health(args) => health::run(args),
     }
 }

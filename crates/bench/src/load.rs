@@ -25,7 +25,7 @@ use specd_wire::generation::{GenerationClient, SpeculativeParams};
 use super::embedded::{greedy_request, EmbeddedDrafter};
 use super::prompts::{self, Prompt};
 use super::{servers, split, BenchArgs};
-use crate::embedded_drafter::EmbeddedDrafter as InProcess;
+use specd::embedded_drafter::EmbeddedDrafter as InProcess;
 use specd_text::TargetText;
 
 /// Verify rows one batched forward should hold, shared between the active requests (the
@@ -393,7 +393,7 @@ where
     Ok([plain, spec])
 }
 
-/// `specd bench --concurrency ...`: every concurrency level, embedded and (unless
+/// `specd-bench --concurrency ...`: every concurrency level, embedded and (unless
 /// `--no-split`) through a router, plain against speculative, then the table.
 pub async fn bench<T: TargetModel>(
     args: &BenchArgs,

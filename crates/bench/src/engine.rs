@@ -13,7 +13,7 @@ use specd_verifier::Qwen2Target;
 
 use super::prompts;
 use super::quantile::median;
-use crate::text::PromptText;
+use specd::text::PromptText;
 use specd_text::TargetText;
 
 /// The widest verify measured: the block sizes the adaptive policy reaches on CPU.

@@ -13,7 +13,7 @@ use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 
 use super::report::{ModeResult, RunSample};
 use super::timing::{RoundClock, TimedDrafter, TimedVerifier};
-use crate::embedded_drafter::EmbeddedDrafter as InProcess;
+use specd::embedded_drafter::EmbeddedDrafter as InProcess;
 use specd_drafter::{DraftModelEngine, MtpEngine};
 use specd_text::TargetText;
 

@@ -16,7 +16,7 @@ use specd_verifier::{LocalVerifier, TargetCarry, TargetModel};
 
 use super::quantile::median;
 use super::split::{self, SplitBlock};
-use crate::embedded_drafter::EmbeddedDrafter;
+use specd::embedded_drafter::EmbeddedDrafter;
 use specd_text::TargetText;
 
 /// Tokens each timed request generates: enough that the drafter session opens (it does only

@@ -1,4 +1,4 @@
-//! `specd bench`: plain decoding, speculative decoding in this process, and speculative
+//! `specd-bench`: plain decoding, speculative decoding in this process, and speculative
 //! decoding split over loopback gRPC, on one checkpoint pair and one prompt set, measured in
 //! the same run and shown side by side.
 
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::Parser;
 use serde_json::json;
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::{BlockSizeConfig, NgramConfig};
@@ -32,13 +32,18 @@ use self::embedded::{EmbeddedDrafter, EmbeddedSuite};
 use self::engine::EngineReport;
 use self::prompts::Prompt;
 use self::report::ModeResult;
-use crate::device::{DTypeArg, DeviceArg};
-use crate::generate::EmbeddedDraft;
-use crate::text::{dir_text, gguf_text, PromptText};
-use crate::{embedded_draft_model, embedded_mtp};
+use specd::device::{DTypeArg, DeviceArg};
+use specd::generate::{self, EmbeddedDraft};
+use specd::text::{dir_text, gguf_text, PromptText};
+use specd::{embedded_draft_model, embedded_mtp, serve};
 use specd_text::TargetText;
 
-#[derive(Args, Debug)]
+#[derive(Parser, Debug)]
+#[command(
+    name = "specd-bench",
+    version,
+    about = "Compare plain, embedded speculative and split (gRPC) decoding on one checkpoint pair"
+)]
 pub struct BenchArgs {
     /// Target: a Gemma 4 checkpoint directory or a GGUF file.
     #[arg(long, required_unless_present = "print_prompts")]
@@ -126,7 +131,14 @@ impl BenchArgs {
     }
 }
 
-pub fn run(args: BenchArgs) -> Result<()> {
+fn main() -> Result<()> {
+    let args = BenchArgs::parse();
+    // Log lines of the models and services under test go to stderr as `specd`'s do.
+    let _telemetry = serve::init_telemetry(None)?;
+    run(args)
+}
+
+fn run(args: BenchArgs) -> Result<()> {
     if args.print_prompts {
         for prompt in prompts::texts(args.prompts.as_deref(), &args.kinds)? {
             println!("{}\t{}", prompt.kind, prompts::escape(&prompt.text));
@@ -139,7 +151,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let gguf = crate::generate::detect(args.target(), "target")?.is_gguf();
+    let gguf = generate::detect(args.target(), "target")?.is_gguf();
     runtime.block_on(async move {
         if gguf {
             run_gguf(&args).await
@@ -441,7 +453,7 @@ async fn sweep_gguf(
         println!("{out}");
     } else {
         println!(
-            "specd bench --sweep: {} prompt(s) x {} run(s), {} tokens each, greedy; tok/s over \
+            "specd-bench --sweep: {} prompt(s) x {} run(s), {} tokens each, greedy; tok/s over \
              decode rounds (prefill excluded)",
             prompts.len(),
             args.runs,
@@ -629,7 +641,7 @@ async fn bench_pair<T: TargetModel>(
             format!("block size {block_size}")
         };
         println!(
-            "specd bench: {} prompt(s) x {} run(s), {} tokens each, {blocks}",
+            "specd-bench: {} prompt(s) x {} run(s), {} tokens each, {blocks}",
             prompts.len(),
             args.runs,
             args.max_tokens
