@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 
 use crate::carry::WireCarry;
 use crate::discovery::{replace_discovered, resolve_periodically, Member};
+use crate::pool_member::PoolMember;
 use crate::upstream::{dns_host, Upstream};
 
 /// How long a drafter may take to describe itself before a request goes on without it.
@@ -72,15 +73,10 @@ impl DrafterInfo {
 
 /// One drafter endpoint and what the router tracks about it.
 pub struct DrafterEndpoint {
-    url: String,
-    client: DrafterClient<Channel>,
+    member: PoolMember<DrafterClient<Channel>>,
     info: Mutex<Option<DrafterInfo>>,
     /// Sessions this router holds open on it (the load that picks new sessions' drafter).
     open_sessions: AtomicUsize,
-    /// Left out of picks until then, after a failure.
-    avoid_until: Mutex<Option<Instant>>,
-    /// Came from DNS, so a later resolution that lacks it removes it.
-    discovered: bool,
 }
 
 /// Drafter services; each session sticks to one, new sessions go to the least loaded.
@@ -229,7 +225,7 @@ impl DrafterPool {
         let candidates: Vec<_> = self
             .endpoints()
             .into_iter()
-            .filter(|e| !exclude.contains(&e.url) && !e.backing_off(now))
+            .filter(|e| !exclude.iter().any(|u| u == e.member.url()) && !e.member.backing_off(now))
             .collect();
         // Every candidate's description first: choosing while another pick waits on one
         // would send concurrent sessions to whichever endpoint sorted first.
@@ -245,7 +241,7 @@ impl DrafterPool {
             let vocab = self.target_vocab.load(Ordering::Relaxed);
             if vocab != 0 && !info.fits_vocab(vocab) {
                 warn!(
-                    url = %endpoint.url,
+                    url = %endpoint.member.url(),
                     drafter_vocab = info.vocab_size,
                     verifier_vocab = vocab,
                     "drafter vocabulary is unknown or differs from the verifier's; not used"
@@ -265,8 +261,8 @@ impl DrafterPool {
     /// Leaves `endpoint` out of picks for the backoff period, and asks it again what it is
     /// afterwards (it may come back as a different drafter).
     pub fn failed(&self, endpoint: &DrafterEndpoint) {
-        warn!(url = %endpoint.url, backoff = ?self.backoff, "drafter failed; avoiding it");
-        *lock(&endpoint.avoid_until) = Some(Instant::now() + self.backoff);
+        warn!(url = %endpoint.member.url(), backoff = ?self.backoff, "drafter failed; avoiding it");
+        endpoint.member.avoid_for(self.backoff);
         *lock(&endpoint.info) = None;
     }
 
@@ -277,7 +273,10 @@ impl DrafterPool {
 
     /// The URLs in the pool now, in order.
     pub fn urls(&self) -> Vec<String> {
-        self.endpoints().iter().map(|e| e.url.clone()).collect()
+        self.endpoints()
+            .iter()
+            .map(|e| e.member.url().to_owned())
+            .collect()
     }
 
     /// Replaces the discovered endpoints with `urls`, keeping the state of those already
@@ -295,11 +294,11 @@ impl DrafterPool {
 
 impl Member for DrafterEndpoint {
     fn url(&self) -> &str {
-        &self.url
+        self.member.url()
     }
 
     fn discovered(&self) -> bool {
-        self.discovered
+        self.member.discovered()
     }
 }
 
@@ -311,26 +310,18 @@ impl DrafterEndpoint {
         upstream: &Upstream,
         server_name: Option<&str>,
     ) -> Result<Self, DrafterSetupError> {
-        let channel =
-            upstream
-                .channel(url, server_name)
-                .map_err(|reason| DrafterSetupError::Url {
-                    url: url.to_owned(),
-                    reason,
-                })?;
-        let discovered = server_name.is_some();
-        Ok(Self {
+        let member = PoolMember::connect(url, upstream, server_name, |channel| {
+            DrafterClient::new(channel).with_message_limits(&upstream.limits)
+        })
+        .map_err(|reason| DrafterSetupError::Url {
             url: url.to_owned(),
-            client: DrafterClient::new(channel).with_message_limits(&upstream.limits),
+            reason,
+        })?;
+        Ok(Self {
+            member,
             info: Mutex::new(None),
             open_sessions: AtomicUsize::new(0),
-            avoid_until: Mutex::new(None),
-            discovered,
         })
-    }
-
-    fn backing_off(&self, now: Instant) -> bool {
-        lock(&self.avoid_until).is_some_and(|until| now < until)
     }
 
     async fn info(&self) -> Option<DrafterInfo> {
@@ -340,23 +331,23 @@ impl DrafterEndpoint {
         }
         let stats = tokio::time::timeout(
             STATS_TIMEOUT,
-            self.client.clone().stats(DrafterStatsRequest {}),
+            self.member.client().stats(DrafterStatsRequest {}),
         )
         .await;
         let stats = match stats {
             Ok(Ok(stats)) => stats.into_inner(),
             Ok(Err(status)) => {
-                warn!(url = %self.url, %status, "drafter stats failed");
+                warn!(url = %self.member.url(), %status, "drafter stats failed");
                 return None;
             }
             Err(_) => {
-                warn!(url = %self.url, "drafter stats timed out");
+                warn!(url = %self.member.url(), "drafter stats timed out");
                 return None;
             }
         };
         let kind = stats.kind();
         if kind == DrafterKind::Unspecified {
-            warn!(url = %self.url, "drafter reports no kind; not used");
+            warn!(url = %self.member.url(), "drafter reports no kind; not used");
             return None;
         }
         let info = DrafterInfo {
@@ -364,7 +355,7 @@ impl DrafterEndpoint {
             max_draft_tokens: stats.max_draft_tokens as usize,
             vocab_size: stats.vocab_size as usize,
         };
-        debug!(url = %self.url, ?info, "drafter described itself");
+        debug!(url = %self.member.url(), ?info, "drafter described itself");
         *lock(&self.info) = Some(info);
         Some(info)
     }
@@ -376,11 +367,11 @@ impl Lease {
     }
 
     pub fn url(&self) -> &str {
-        &self.endpoint.url
+        self.endpoint.member.url()
     }
 
     pub fn client(&self) -> DrafterClient<Channel> {
-        self.endpoint.client.clone()
+        self.endpoint.member.client()
     }
 
     pub(crate) fn endpoint(&self) -> &DrafterEndpoint {

@@ -21,6 +21,7 @@ mod discovery;
 pub mod drafters;
 pub mod error;
 mod http;
+mod pool_member;
 pub mod predraft;
 pub mod remote_drafter;
 pub mod remote_verifier;

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::config::TargetLimits;
 use crate::discovery::{replace_discovered, resolve, resolve_periodically, Member};
+use crate::pool_member::PoolMember;
 use crate::upstream::{dns_host, Upstream};
 
 /// How often every replica's Stats are read (placement, identity, probing failed ones back).
@@ -78,17 +79,13 @@ struct Load {
 
 /// One verifier replica.
 pub struct Replica {
-    url: String,
-    client: VerifierClient<Channel>,
+    member: PoolMember<VerifierClient<Channel>>,
     /// The last Stats: `None` until it answers, and while it does not.
     load: Mutex<Option<Load>>,
     /// Serves another target than the pool's: never used.
     mismatched: AtomicBool,
-    /// Left out of picks until then, after a failure.
-    avoid_until: Mutex<Option<Instant>>,
     /// Sequences placed here since the last Stats (which do not count them yet).
     placed_since_stats: AtomicUsize,
-    discovered: bool,
 }
 
 impl Replica {
@@ -99,37 +96,33 @@ impl Replica {
         upstream: &Upstream,
         server_name: Option<&str>,
     ) -> Result<Self, VerifierSetupError> {
-        let channel =
-            upstream
-                .channel(url, server_name)
-                .map_err(|reason| VerifierSetupError::Url {
-                    url: url.to_owned(),
-                    reason,
-                })?;
-        let discovered = server_name.is_some();
-        Ok(Self {
+        let member = PoolMember::connect(url, upstream, server_name, |channel| {
+            VerifierClient::new(channel).with_message_limits(&upstream.limits)
+        })
+        .map_err(|reason| VerifierSetupError::Url {
             url: url.to_owned(),
-            client: VerifierClient::new(channel).with_message_limits(&upstream.limits),
+            reason,
+        })?;
+        Ok(Self {
+            member,
             load: Mutex::new(None),
             mismatched: AtomicBool::new(false),
-            avoid_until: Mutex::new(None),
             placed_since_stats: AtomicUsize::new(0),
-            discovered,
         })
     }
 
     pub fn url(&self) -> &str {
-        &self.url
+        self.member.url()
     }
 
     pub fn client(&self) -> VerifierClient<Channel> {
-        self.client.clone()
+        self.member.client()
     }
 
     async fn stats(&self) -> Option<VerifierStatsResponse> {
         match tokio::time::timeout(
             STATS_TIMEOUT,
-            self.client.clone().stats(VerifierStatsRequest {}),
+            self.member.client().stats(VerifierStatsRequest {}),
         )
         .await
         {
@@ -138,13 +131,9 @@ impl Replica {
         }
     }
 
-    fn backing_off(&self, now: Instant) -> bool {
-        lock(&self.avoid_until).is_some_and(|until| now < until)
-    }
-
     /// Neither backing off after a failure nor serving another target.
     fn usable(&self, now: Instant) -> bool {
-        !self.backing_off(now) && !self.mismatched.load(Ordering::Relaxed)
+        !self.member.backing_off(now) && !self.mismatched.load(Ordering::Relaxed)
     }
 
     /// Free K/V budget after the sequences placed since the last Stats, each assumed to
@@ -232,7 +221,7 @@ impl VerifierPool {
                 }
                 None => {
                     return Err(PoolError::Unavailable {
-                        urls: replicas.iter().map(|r| r.url.clone()).collect(),
+                        urls: replicas.iter().map(|r| r.url().to_owned()).collect(),
                         waited: wait,
                     })
                 }
@@ -284,7 +273,7 @@ impl VerifierPool {
         let candidates: Vec<_> = self
             .replicas()
             .into_iter()
-            .filter(|r| !exclude.contains(&r.url) && r.usable(now))
+            .filter(|r| !exclude.iter().any(|u| u == r.url()) && r.usable(now))
             .filter_map(|r| {
                 let load = (*lock(&r.load))?;
                 let free = r.free_bytes(&load);
@@ -306,8 +295,8 @@ impl VerifierPool {
 
     /// Leaves `replica` out until it has backed off and answers Stats again.
     pub fn failed(&self, replica: &Replica) {
-        warn!(url = %replica.url, backoff = ?self.backoff, "verifier failed; avoiding it");
-        *lock(&replica.avoid_until) = Some(Instant::now() + self.backoff);
+        warn!(url = %replica.url(), backoff = ?self.backoff, "verifier failed; avoiding it");
+        replica.member.avoid_for(self.backoff);
         *lock(&replica.load) = None;
         self.update_reachable();
     }
@@ -346,7 +335,7 @@ impl VerifierPool {
         let was = replica.mismatched.swap(mismatched, Ordering::Relaxed);
         if mismatched && !was {
             warn!(
-                url = %replica.url,
+                url = %replica.url(),
                 model = %serves.model,
                 vocab = serves.vocab_size,
                 expected_model = %self.target.model,
@@ -356,11 +345,11 @@ impl VerifierPool {
         }
         // A failed replica stays out for its backoff, then is back once it answers.
         let now = Instant::now();
-        if replica.backing_off(now) {
+        if replica.member.backing_off(now) {
             return;
         }
-        if lock(&replica.avoid_until).take().is_some() {
-            info!(url = %replica.url, "verifier answers again; taking requests");
+        if replica.member.recovered() {
+            info!(url = %replica.url(), "verifier answers again; taking requests");
         }
         *lock(&replica.load) = Some(load);
     }
@@ -390,11 +379,11 @@ impl VerifierPool {
 
 impl Member for Replica {
     fn url(&self) -> &str {
-        &self.url
+        self.member.url()
     }
 
     fn discovered(&self) -> bool {
-        self.discovered
+        self.member.discovered()
     }
 }
 
