@@ -1,6 +1,9 @@
 //! Memory-mapped safetensors checkpoints, single-file or sharded through
 //! `model.safetensors.index.json`. Tensors are read only when asked for, so weights of other
 //! modalities in a multimodal checkpoint are never touched.
+//!
+//! A checkpoint can also be backed by a file of another format (a [`TensorStore`], such as a
+//! Gemma 4 GGUF file) that answers to the Hugging Face names the loaders ask for.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -12,9 +15,24 @@ use serde::Deserialize;
 use crate::error::{ModelError, Result};
 
 pub struct Checkpoint {
-    files: MmapedSafetensors,
+    files: Store,
     dtype: DType,
     device: Device,
+}
+
+enum Store {
+    Safetensors(MmapedSafetensors),
+    Other(Box<dyn TensorStore>),
+}
+
+/// Tensors of a file other than safetensors, under the Hugging Face names the loaders use.
+pub(crate) trait TensorStore: Send + Sync {
+    /// The shape of the tensor the loaders call `name`; `None` when the file lacks it.
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
+    /// The tensor on the CPU, in the float dtype the file stores it in.
+    fn load(&self, name: &str) -> Result<Tensor>;
+    /// How errors name the tensor: by its name in the file, which is what a user can look up.
+    fn display_name(&self, name: &str) -> String;
 }
 
 #[derive(Deserialize)]
@@ -70,24 +88,54 @@ impl Checkpoint {
         // not being truncated while the process runs.
         let files = unsafe { MmapedSafetensors::multi(&files)? };
         Ok(Self {
-            files,
+            files: Store::Safetensors(files),
             dtype,
             device: device.clone(),
         })
     }
 
+    /// A checkpoint read from `store`; tensors are converted to `dtype` on `device` when loaded.
+    pub(crate) fn from_store(store: Box<dyn TensorStore>, dtype: DType, device: &Device) -> Self {
+        Self {
+            files: Store::Other(store),
+            dtype,
+            device: device.clone(),
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
-        self.files.get(name).is_ok()
+        match &self.files {
+            Store::Safetensors(files) => files.get(name).is_ok(),
+            Store::Other(store) => store.shape(name).is_some(),
+        }
+    }
+
+    /// The name errors give the tensor `name`.
+    fn display_name(&self, name: &str) -> String {
+        match &self.files {
+            Store::Safetensors(_) => name.to_string(),
+            Store::Other(store) => store.display_name(name),
+        }
     }
 
     pub fn shape_of(&self, name: &str) -> Result<Vec<usize>> {
-        let view = self
-            .files
-            .get(name)
-            .map_err(|_| ModelError::MissingTensor {
-                name: name.to_string(),
-            })?;
-        Ok(view.shape().to_vec())
+        let missing = || ModelError::MissingTensor {
+            name: self.display_name(name),
+        };
+        match &self.files {
+            Store::Safetensors(files) => {
+                Ok(files.get(name).map_err(|_| missing())?.shape().to_vec())
+            }
+            Store::Other(store) => store.shape(name).ok_or_else(missing),
+        }
+    }
+
+    /// `name` on the CPU as stored.
+    fn load_stored(&self, name: &str) -> Result<Tensor> {
+        match &self.files {
+            Store::Safetensors(files) => Ok(files.load(name, &Device::Cpu)?),
+            Store::Other(store) => store.load(name),
+        }
     }
 
     /// Loads `name`, checking its shape, as the compute dtype on the compute device.
@@ -100,31 +148,32 @@ impl Checkpoint {
         let found = self.shape_of(name)?;
         if found != shape {
             return Err(ModelError::ShapeMismatch {
-                name: name.to_string(),
+                name: self.display_name(name),
                 expected: shape.to_vec(),
                 found,
             });
         }
-        let t = self.files.load(name, &Device::Cpu)?;
+        let t = self.load_stored(name)?;
         Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
     }
 
     /// Loads `name` whatever its shape (for tensors whose shape is checked by the caller).
     pub fn tensor_any_shape(&self, name: &str, dtype: DType) -> Result<Tensor> {
         self.shape_of(name)?;
-        let t = self.files.load(name, &Device::Cpu)?;
+        let t = self.load_stored(name)?;
         Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
     }
 
     /// Row `index` of the 2-D tensor `name` as `[1, width]` in the compute dtype, read from the
     /// mapped file without loading the rest of the tensor.
     pub(crate) fn row(&self, name: &str, index: usize) -> Result<Tensor> {
-        let view = self
-            .files
-            .get(name)
-            .map_err(|_| ModelError::MissingTensor {
-                name: name.to_string(),
-            })?;
+        let files = match &self.files {
+            Store::Safetensors(files) => files,
+            Store::Other(_) => return self.row_of_loaded(name, index),
+        };
+        let view = files.get(name).map_err(|_| ModelError::MissingTensor {
+            name: name.to_string(),
+        })?;
         let &[rows, width] = view.shape() else {
             return Err(ModelError::Invalid(format!(
                 "tensor {name}: expected 2 dimensions, found {:?}",
@@ -141,6 +190,27 @@ impl Checkpoint {
         let data = &view.data()[index * bytes..(index + 1) * bytes];
         let t = Tensor::from_raw_buffer(data, dtype, &[1, width], &Device::Cpu)?;
         Ok(t.to_dtype(self.dtype)?.to_device(&self.device)?)
+    }
+
+    /// [`Self::row`] for stores without a row-wise reader: the whole tensor is loaded.
+    fn row_of_loaded(&self, name: &str, index: usize) -> Result<Tensor> {
+        let t = self.load_stored(name)?;
+        let &[rows, _] = t.dims() else {
+            return Err(ModelError::Invalid(format!(
+                "tensor {}: expected 2 dimensions, found {:?}",
+                self.display_name(name),
+                t.dims()
+            )));
+        };
+        if index >= rows {
+            return Err(ModelError::Invalid(format!(
+                "tensor {}: row {index} is not below {rows}",
+                self.display_name(name)
+            )));
+        }
+        Ok(t.narrow(0, index, 1)?
+            .to_dtype(self.dtype)?
+            .to_device(&self.device)?)
     }
 
     pub fn dtype(&self) -> DType {

@@ -1,5 +1,6 @@
 //! What a model path holds, told from the checkpoint itself: a Hugging Face directory by its
-//! `config.json` `model_type`, a GGUF file by its `general.architecture`.
+//! `config.json` `model_type`, a GGUF file by its `general.architecture` (`gemma4` is a Gemma 4
+//! target, the Qwen2 family runs on the GGUF engine).
 
 use std::path::{Path, PathBuf};
 
@@ -8,8 +9,9 @@ use crate::error::{ModelError, Result};
 /// A checkpoint the crate can load, and which loader it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSource {
-    /// A Gemma 4 target directory (`gemma4_text`, or the multimodal `gemma4`).
-    Gemma4 { dir: PathBuf },
+    /// A Gemma 4 target: a checkpoint directory (`gemma4_text`, or the multimodal `gemma4`) or a
+    /// GGUF file of architecture `gemma4`.
+    Gemma4 { path: PathBuf },
     /// A Gemma 4 assistant (MTP drafter) directory.
     Gemma4Assistant { dir: PathBuf },
     /// A GGUF file of the Qwen2 family.
@@ -45,11 +47,17 @@ impl ModelSource {
                 ))
             }
         };
+        if architecture == crate::gemma4::gguf::ARCHITECTURE {
+            return Ok(Self::Gemma4 {
+                path: path.to_path_buf(),
+            });
+        }
         if !GGUF_ARCHITECTURES.contains(&architecture.as_str()) {
             return Err(ModelError::Unsupported(format!(
-                "{}: GGUF architecture {architecture:?} (supported: {})",
+                "{}: GGUF architecture {architecture:?} (supported: {}, {})",
                 path.display(),
-                GGUF_ARCHITECTURES.join(", ")
+                GGUF_ARCHITECTURES.join(", "),
+                crate::gemma4::gguf::ARCHITECTURE
             )));
         }
         Ok(Self::Gguf {
@@ -66,7 +74,7 @@ impl ModelSource {
             })?;
         match model_type.as_str() {
             "gemma4" | "gemma4_text" => Ok(Self::Gemma4 {
-                dir: dir.to_path_buf(),
+                path: dir.to_path_buf(),
             }),
             "gemma4_assistant" => Ok(Self::Gemma4Assistant {
                 dir: dir.to_path_buf(),
@@ -80,11 +88,13 @@ impl ModelSource {
 
     pub fn path(&self) -> &Path {
         match self {
-            Self::Gemma4 { dir } | Self::Gemma4Assistant { dir } => dir,
-            Self::Gguf { path, .. } => path,
+            Self::Gemma4Assistant { dir } => dir,
+            Self::Gemma4 { path } | Self::Gguf { path, .. } => path,
         }
     }
 
+    /// Whether the path is a GGUF file of the Qwen2 family (a Gemma 4 GGUF file is a
+    /// [`Self::Gemma4`]).
     pub fn is_gguf(&self) -> bool {
         matches!(self, Self::Gguf { .. })
     }
@@ -115,7 +125,7 @@ mod tests {
         let target = fixtures().join("target-full");
         assert_eq!(
             ModelSource::detect(&target).unwrap(),
-            ModelSource::Gemma4 { dir: target }
+            ModelSource::Gemma4 { path: target }
         );
         let assistant = fixtures().join("assistant-dense");
         assert_eq!(
@@ -130,11 +140,19 @@ mod tests {
         let source = ModelSource::detect(&qwen).unwrap();
         assert!(source.is_gguf());
         assert_eq!(source.path(), qwen.as_path());
+        let gemma4 = gguf_with_architecture("gemma4");
+        assert_eq!(
+            ModelSource::detect(&gemma4).unwrap(),
+            ModelSource::Gemma4 {
+                path: gemma4.clone()
+            }
+        );
         let gemma3 = gguf_with_architecture("gemma3");
         let err = ModelSource::detect(&gemma3).unwrap_err().to_string();
         assert!(err.contains("\"gemma3\""), "{err}");
-        let _ = std::fs::remove_file(qwen);
-        let _ = std::fs::remove_file(gemma3);
+        for path in [qwen, gemma4, gemma3] {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     #[test]

@@ -28,7 +28,8 @@ use specd_text::TargetText;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// Target checkpoint directory (config.json, safetensors, optional tokenizer.json).
+    /// Target: a checkpoint directory (config.json, safetensors, optional tokenizer.json) or
+    /// a GGUF file (Qwen2, or a dense Gemma 4 in llama.cpp's layout).
     #[arg(long)]
     pub target: PathBuf,
     /// Prompt as comma-separated token ids, e.g. 2,17,301.
@@ -212,7 +213,7 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
     }
     match detect(&args.target, "target")? {
         ModelSource::Gguf { .. } => run_gguf(args),
-        ModelSource::Gemma4 { .. } => run_safetensors(args),
+        ModelSource::Gemma4 { .. } => run_gemma4(args),
         ModelSource::Gemma4Assistant { dir } => bail!(
             "--target {}: a Gemma 4 assistant (a drafter), not a target",
             dir.display()
@@ -257,10 +258,10 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
     generate_with(&args, &verifier, prompt_ids, &text, true, drafter)
 }
 
-/// A safetensors (Gemma 4) target directory.
-fn run_safetensors(args: GenerateArgs) -> Result<()> {
+/// A Gemma 4 target: a checkpoint directory or a GGUF file.
+fn run_gemma4(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
-    let tokenizer = dir_text(&args.target)?;
+    let tokenizer = gemma4_text(&args.target)?;
     let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode_raw(s));
     let prompt_ids = prompt_ids_from(
         &args,
@@ -424,4 +425,19 @@ fn generate_with<T: TargetModel>(
         }
     }
     Ok(())
+}
+
+/// The text side of a Gemma 4 target, `None` without a tokenizer. A GGUF file carries its
+/// tokenizer, but not always in a form the text side reads yet: token ids still work then.
+fn gemma4_text(target: &std::path::Path) -> Result<Option<TargetText>> {
+    if !target.is_file() {
+        return dir_text(target);
+    }
+    match TargetText::from_gguf(target) {
+        Ok(text) => Ok(Some(text)),
+        Err(error) => {
+            tracing::warn!(%error, "the GGUF's tokenizer cannot be read; only --prompt-ids work");
+            Ok(None)
+        }
+    }
 }

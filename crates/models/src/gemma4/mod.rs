@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod gguf;
 mod layer;
 mod model;
 pub(crate) mod norm;

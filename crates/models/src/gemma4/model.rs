@@ -42,10 +42,15 @@ pub struct Gemma4Model {
 }
 
 impl Gemma4Model {
-    /// Loads a Gemma 4 text checkpoint directory (config.json plus safetensors).
-    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self> {
-        let (cfg, layout) = Gemma4TextConfig::from_dir(dir)?;
-        let ckpt = Checkpoint::open(dir, dtype, device)?;
+    /// Loads a Gemma 4 text checkpoint: a directory (config.json plus safetensors) or a GGUF
+    /// file of architecture `gemma4` (see [`super::gguf`]).
+    pub fn load(path: &Path, dtype: DType, device: &Device) -> Result<Self> {
+        if path.is_file() {
+            let (cfg, layout, ckpt) = super::gguf::open(path, dtype, device)?;
+            return Self::from_checkpoint(cfg, layout, &ckpt);
+        }
+        let (cfg, layout) = Gemma4TextConfig::from_dir(path)?;
+        let ckpt = Checkpoint::open(path, dtype, device)?;
         Self::from_checkpoint(cfg, layout, &ckpt)
     }
 

@@ -41,6 +41,46 @@ fn no_draft_json_tokens_equal_transformers_greedy() {
 }
 
 #[test]
+fn a_gemma4_gguf_target_generates_transformers_greedy_and_drafts_losslessly() {
+    // The llama.cpp conversion of target-full: its tokenizer is not one the text side reads,
+    // so the run goes by token ids.
+    let gguf = fixture("target-full")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("gemma4-gguf/target-full-f32.gguf");
+    let reference = reference("target-full");
+    let prompt = &reference["prompts"][2];
+    let want = ids(&prompt["greedy"]);
+    for drafting in [
+        vec!["--no-draft"],
+        vec!["--draft", "ngram", "--block-size", "4"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["generate", "--target"])
+            .arg(&gguf)
+            .args(&drafting)
+            .args(["--prompt-ids", &join(&ids(&prompt["prompt_ids"]))])
+            .args([
+                "--max-tokens",
+                &want.len().to_string(),
+                "--ignore-eos",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(ids(&json["tokens"]), want, "{drafting:?}");
+    }
+}
+
+#[test]
 fn bad_prompt_ids_are_refused_with_the_field_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_specd"))
         .args(["generate", "--target"])

@@ -1,0 +1,268 @@
+//! Gemma 4 targets from GGUF files written by llama.cpp's converter
+//! (tools/gemma4_gguf_fixtures.sh): the same numbers as the safetensors checkpoints they were
+//! converted from, and errors that name what is wrong with a file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use specd_models::gemma4::{Gemma4Model, Gemma4TextConfig, DEFAULT_PREFILL_CHUNK};
+use specd_models::ModelSource;
+
+use crate::common::tempdir::TempDir;
+use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
+
+const TARGETS: [&str; 2] = ["target-nople", "target-full"];
+
+fn gguf_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gemma4-gguf")
+        .join(format!("{name}-f32.gguf"))
+}
+
+fn load(path: &Path) -> Gemma4Model {
+    Gemma4Model::load(path, DType::F32, &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn rows(t: &Tensor) -> Vec<Vec<f32>> {
+    t.to_vec2::<f32>().unwrap()
+}
+
+fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+fn assert_same_config(name: &str, gguf: &Gemma4TextConfig, st: &Gemma4TextConfig) {
+    assert_eq!(gguf.layers, st.layers, "{name}: layer geometry");
+    assert_eq!(gguf.rope_sliding, st.rope_sliding, "{name}: sliding RoPE");
+    assert_eq!(gguf.rope_full, st.rope_full, "{name}: full RoPE");
+    let sizes = |c: &Gemma4TextConfig| {
+        (
+            c.vocab_size,
+            c.hidden_size,
+            c.num_layers,
+            c.num_heads,
+            c.sliding_window,
+            c.per_layer_input_size,
+            // Read only with per-layer embeddings.
+            c.per_layer_input_size.map(|_| c.per_layer_vocab_size),
+            c.num_kv_shared_layers,
+            c.max_position_embeddings,
+        )
+    };
+    assert_eq!(sizes(gguf), sizes(st), "{name}: sizes");
+    let flags = |c: &Gemma4TextConfig| {
+        (
+            c.tie_word_embeddings,
+            c.attention_bias,
+            c.final_logit_softcapping,
+            c.bos_token_id,
+            c.eos_token_ids.clone(),
+        )
+    };
+    assert_eq!(flags(gguf), flags(st), "{name}: flags and token ids");
+    // GGUF stores the epsilon as f32, which is what the norms compute with.
+    assert_eq!(
+        gguf.rms_norm_eps as f32, st.rms_norm_eps as f32,
+        "{name}: rms_norm_eps"
+    );
+}
+
+#[test]
+fn gguf_targets_are_detected_as_gemma4() {
+    for name in TARGETS {
+        let path = gguf_fixture(name);
+        assert_eq!(
+            ModelSource::detect(&path).unwrap(),
+            ModelSource::Gemma4 { path: path.clone() }
+        );
+    }
+}
+
+#[test]
+fn gguf_targets_give_the_safetensors_logits_bit_for_bit() {
+    for name in TARGETS {
+        let gguf = load(&gguf_fixture(name));
+        let st = load(&fixture_dir(name));
+        assert_same_config(name, gguf.config(), st.config());
+        for prompt in reference(name)["prompts"].as_array().unwrap() {
+            let ids = u32s(&prompt["prompt_ids"]);
+            let label = format!("{name} {}", prompt["name"]);
+
+            let (mut a, mut b) = (gguf.new_cache(16), st.new_cache(16));
+            let last_a = gguf.prefill(&mut a, &ids, DEFAULT_PREFILL_CHUNK).unwrap();
+            let last_b = st.prefill(&mut b, &ids, DEFAULT_PREFILL_CHUNK).unwrap();
+            let logits_a = rows(&gguf.logits(&last_a).unwrap());
+            let logits_b = rows(&st.logits(&last_b).unwrap());
+            assert_eq!(bits(&logits_a), bits(&logits_b), "{label}: last logits");
+            let diff = max_abs_diff(&logits_a[0], &f32s(&prompt["last_logits"]));
+            assert!(diff < 1e-4, "{label}: {diff} from transformers' logits");
+
+            let (mut a, mut b) = (gguf.new_cache(16), st.new_cache(16));
+            let all_a = rows(
+                &gguf
+                    .logits(&gguf.forward_block(&mut a, &ids).unwrap())
+                    .unwrap(),
+            );
+            let all_b = rows(&st.logits(&st.forward_block(&mut b, &ids).unwrap()).unwrap());
+            assert_eq!(bits(&all_a), bits(&all_b), "{label}: every position");
+        }
+    }
+}
+
+#[test]
+fn gguf_targets_continue_greedily_like_transformers() {
+    for name in TARGETS {
+        let model = load(&gguf_fixture(name));
+        for prompt in reference(name)["prompts"].as_array().unwrap() {
+            let ids = u32s(&prompt["prompt_ids"]);
+            let want = u32s(&prompt["greedy"]);
+            let mut cache = model.new_cache(16);
+            let hidden = model
+                .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+                .unwrap();
+            let mut next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
+            let mut got = vec![next];
+            while got.len() < want.len() {
+                let hidden = model.forward_block(&mut cache, &[next]).unwrap();
+                next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
+                got.push(next);
+            }
+            assert_eq!(got, want, "{name} {}: greedy continuation", prompt["name"]);
+        }
+    }
+}
+
+/// A GGUF file's metadata and tensors, to write back edited.
+struct Parts {
+    metadata: HashMap<String, Value>,
+    tensors: Vec<(String, QTensor)>,
+}
+
+impl Parts {
+    fn read(path: &Path) -> Self {
+        let mut file = std::fs::File::open(path).unwrap();
+        let content = Content::read(&mut file).unwrap();
+        let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+        names.sort();
+        let tensors = names
+            .into_iter()
+            .map(|n| {
+                let t = content.tensor(&mut file, &n, &Device::Cpu).unwrap();
+                (n, t)
+            })
+            .collect();
+        Self {
+            metadata: content.metadata,
+            tensors,
+        }
+    }
+
+    fn write(&self, dir: &TempDir, file: &str) -> PathBuf {
+        let path = dir.path().join(file);
+        let metadata: Vec<(&str, &Value)> =
+            self.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let tensors: Vec<(&str, &QTensor)> =
+            self.tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+        let mut out = std::fs::File::create(&path).unwrap();
+        gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+        path
+    }
+
+    /// Re-encodes every matrix as `dtype`.
+    fn matrices_as(&mut self, dtype: GgmlDType) {
+        for (_, t) in self.tensors.iter_mut() {
+            if t.shape().rank() == 2 {
+                let dense = t.dequantize(&Device::Cpu).unwrap();
+                *t = QTensor::quantize(&dense, dtype).unwrap();
+            }
+        }
+    }
+}
+
+fn load_error(path: &Path) -> String {
+    match Gemma4Model::load(path, DType::F32, &Device::Cpu) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_missing_tensor_is_named_by_its_gguf_name() {
+    let dir = TempDir::new("gemma4-gguf-missing");
+    let mut parts = Parts::read(&gguf_fixture("target-full"));
+    parts.tensors.retain(|(n, _)| n != "blk.3.ffn_up.weight");
+    let err = load_error(&parts.write(&dir, "missing.gguf"));
+    assert!(err.contains("blk.3.ffn_up.weight"), "{err}");
+    assert!(err.contains("missing"), "{err}");
+}
+
+#[test]
+fn another_architecture_is_refused_by_name() {
+    let dir = TempDir::new("gemma4-gguf-arch");
+    let mut parts = Parts::read(&gguf_fixture("target-nople"));
+    parts
+        .metadata
+        .insert("general.architecture".into(), Value::String("llama".into()));
+    let err = load_error(&parts.write(&dir, "llama.gguf"));
+    assert!(err.contains("general.architecture"), "{err}");
+    assert!(err.contains("\"llama\""), "{err}");
+}
+
+#[test]
+fn missing_metadata_is_named_by_its_key() {
+    let dir = TempDir::new("gemma4-gguf-meta");
+    let mut parts = Parts::read(&gguf_fixture("target-nople"));
+    parts.metadata.remove("gemma4.attention.sliding_window");
+    let err = load_error(&parts.write(&dir, "no-window.gguf"));
+    assert!(err.contains("gemma4.attention.sliding_window"), "{err}");
+}
+
+#[test]
+fn quantized_and_expert_files_are_refused_naming_the_reason() {
+    let dir = TempDir::new("gemma4-gguf-refused");
+    let mut parts = Parts::read(&gguf_fixture("target-nople"));
+    parts.matrices_as(GgmlDType::Q8_0);
+    let err = load_error(&parts.write(&dir, "q8.gguf"));
+    assert!(err.contains("Q8_0"), "{err}");
+    assert!(err.contains(".weight"), "{err}");
+
+    let mut parts = Parts::read(&gguf_fixture("target-nople"));
+    parts
+        .metadata
+        .insert("gemma4.expert_count".into(), Value::U32(4));
+    let err = load_error(&parts.write(&dir, "experts.gguf"));
+    assert!(err.contains("mixture-of-experts"), "{err}");
+    assert!(err.contains("gemma4.expert_count"), "{err}");
+}
+
+#[test]
+fn half_precision_files_load_close_to_f32() {
+    let dir = TempDir::new("gemma4-gguf-half");
+    let f32_model = load(&gguf_fixture("target-full"));
+    let ids = u32s(&reference("target-full")["prompts"][1]["prompt_ids"]);
+    let mut cache = f32_model.new_cache(16);
+    let hidden = f32_model
+        .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+        .unwrap();
+    let want = rows(&f32_model.logits(&hidden).unwrap()).remove(0);
+    // Bounds a few times the rounding seen: 0.003 (F16) and 0.02 (BF16) on these weights.
+    for (dtype, bound) in [(GgmlDType::F16, 0.01), (GgmlDType::BF16, 0.1)] {
+        let mut parts = Parts::read(&gguf_fixture("target-full"));
+        parts.matrices_as(dtype);
+        let model = load(&parts.write(&dir, &format!("{dtype:?}.gguf")));
+        let mut cache = model.new_cache(16);
+        let hidden = model
+            .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+            .unwrap();
+        let got = rows(&model.logits(&hidden).unwrap()).remove(0);
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff < bound, "{dtype:?}: logits differ from F32 by {diff}");
+        assert_eq!(argmax(&got), argmax(&want), "{dtype:?}: top token");
+    }
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# GGUF copies of the tiny Gemma 4 targets, made by llama.cpp's own converter
+# (convert_hf_to_gguf.py, F32), for the tests of specd's Gemma 4 GGUF loader.
+#
+# Usage: tools/gemma4_gguf_fixtures.sh [OUT_DIR]
+#   OUT_DIR defaults to crates/models/tests/fixtures/gemma4-gguf.
+# Writes target-nople-f32.gguf and target-full-f32.gguf from the checkpoints of the same name
+# under crates/models/tests/fixtures/gemma4/, which must exist (tools/gemma4_fixtures.py).
+#
+# The converter is the one vendored in the llama-cpp-python 0.3.36 sdist that
+# tools/build_llamacpp.sh builds from (llama.cpp commit 0c1e57098): it is downloaded and
+# unpacked into ${SPECD_LLAMACPP_DIR:-~/.cache/specd/llama.cpp}/src if absent (nothing is
+# compiled). It runs in the virtual environment ${SPECD_GGUF_VENV:-~/.cache/specd/venv-gguf},
+# made with torch and transformers at the versions the fixtures were made with when they do
+# not import there (several GB: torch's default wheel pulls in CUDA libraries).
+#
+# The fixtures carry no tokenizer, and the converter insists on one (Gemma 4 reads
+# tokenizer.json through transformers' AutoTokenizer, and sizes token_embd by it). Each
+# checkpoint is therefore converted from a temporary copy with the smallest tokenizer the
+# converter takes: a byte-fallback BPE of exactly vocab_size tokens (<pad>, <eos>, <bos>,
+# <unk>, then byte tokens) and no merges, so no embedding row is dropped. It is not a usable
+# tokenizer; the tests feed token ids.
+set -euo pipefail
+
+readonly VERSION=0.3.36
+readonly TORCH=2.15.0
+readonly TRANSFORMERS=5.23.0
+
+log() { echo "gemma4_gguf_fixtures: $*" >&2; }
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/crates/models/tests/fixtures/gemma4-gguf}
+fixtures=$root/crates/models/tests/fixtures/gemma4
+src=${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}/src
+tree=$src/llama_cpp_python-$VERSION/vendor/llama.cpp
+venv=${SPECD_GGUF_VENV:-$HOME/.cache/specd/venv-gguf}
+
+if [ ! -f "$tree/convert_hf_to_gguf.py" ]; then
+    mkdir -p "$src"
+    sdist=$src/llama_cpp_python-$VERSION.tar.gz
+    if [ ! -f "$sdist" ]; then
+        log "downloading llama-cpp-python $VERSION (sdist)"
+        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+            -d "$src" "llama-cpp-python==$VERSION"
+    fi
+    log "unpacking $sdist"
+    tar xzf "$sdist" -C "$src"
+fi
+
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py=$venv/bin/python
+# gguf-py comes from the llama.cpp tree (PYTHONPATH below); these are its and the converter's
+# imports.
+if ! "$py" -c 'import torch, transformers, numpy, yaml, tqdm, requests' 2>/dev/null; then
+    log "installing torch $TORCH and transformers $TRANSFORMERS into $venv"
+    "$py" -m pip install --quiet "torch==$TORCH" "transformers==$TRANSFORMERS" numpy \
+        safetensors pyyaml tqdm requests
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"
+
+for name in target-nople target-full; do
+    # The directory keeps the fixture's name: the converter derives general.name from it.
+    copy=$work/$name
+    mkdir -p "$copy"
+    cp "$fixtures/$name"/{config.json,generation_config.json,model.safetensors} "$copy/"
+    "$py" - "$copy" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+d = Path(sys.argv[1])
+config = json.loads((d / "config.json").read_text())
+n = config["vocab_size"]
+special = ["<pad>", "<eos>", "<bos>", "<unk>"]
+if n > len(special) + 256:
+    sys.exit(f"{d}: vocab_size {n} is larger than this stub tokenizer can fill")
+vocab = {t: i for i, t in enumerate(special)}
+for b in range(n - len(special)):
+    vocab[f"<0x{b:02X}>"] = len(vocab)
+tokenizer = {
+    "version": "1.0",
+    "truncation": None,
+    "padding": None,
+    "added_tokens": [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, t in enumerate(special)
+    ],
+    "normalizer": None,
+    "pre_tokenizer": None,
+    "post_processor": None,
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+              "ignore_merges": False, "vocab": vocab, "merges": []},
+}
+(d / "tokenizer.json").write_text(json.dumps(tokenizer))
+(d / "tokenizer_config.json").write_text(json.dumps({
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
+    "add_bos_token": True, "add_eos_token": False,
+}))
+EOF
+    log "converting $name"
+    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype f32 \
+        --outfile "$out/$name-f32.gguf" >"$work/$name.log" 2>&1 \
+        || { cat "$work/$name.log" >&2; exit 1; }
+done
+ls -l "$out"/*.gguf >&2
