@@ -16,12 +16,14 @@ Targets (see tools/README.md for the exact geometry of each):
   target-nople         gemma4_text, no PLE, KV sharing, untied lm_head, no softcap
   target-multimodal    gemma4 (Gemma4ForConditionalGeneration) with tiny vision and audio towers
   target-sharded-bf16  target-full's architecture, bf16, several safetensors shards
+  target-moe           gemma4_text with MoE blocks (4 experts, top-2), no PLE, KV sharing, k_eq_v
 Assistants (gemma4_assistant, Gemma4AssistantForCausalLM):
   assistant-dense      dense tied head, paired with target-full
   assistant-centroid   centroid ("ordered embeddings") head, paired with target-full
   assistant-nople      dense tied head, paired with target-nople
+  assistant-moe        dense tied head, paired with target-moe
 
-Usage:  python tools/gemma4_fixtures.py [--out DIR] [--check-determinism]
+Usage:  python tools/gemma4_fixtures.py [--out DIR] [--only NAME ...] [--check-determinism]
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ DRAFT_STEPS = 7
 # much, so that an f32 implementation with a different summation order (differences around
 # 1e-6) reproduces the same tokens. Seeds were chosen to satisfy it; the script fails otherwise.
 MIN_ARGMAX_MARGIN = 1e-3
+# For MoE targets: at every position and layer the references depend on (every prompt position,
+# every greedy step), the k-th largest router probability must beat the (k+1)-th by at least
+# this much, so that an f32 implementation picks the same experts.
+MIN_ROUTER_GAP = 1e-3
+
+# Seeds of the MoE pair: the first ones (counting from 0) for which every self-check passes,
+# the router gap included.
+MOE_TARGET_SEED = 1
+MOE_ASSISTANT_SEED = 0
 
 ROPE_PARAMETERS = {
     SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
@@ -185,6 +196,33 @@ TARGETS = {
     ),
 }
 TARGETS["target-sharded-bf16"]["text"] = copy.deepcopy(TARGETS["target-full"]["text"])
+# target-nople's layer layout and KV sharing, but a tied head, k_eq_v (full layers: 1 KV head, no
+# v_proj) and a softcap, plus a MoE block in every layer (HF has no per-layer switch). Added
+# last, so that the other fixtures are built exactly as before.
+TARGETS["target-moe"] = dict(
+    seed=MOE_TARGET_SEED,
+    multimodal=False,
+    dtype=torch.float32,
+    config_form="per_layer_config",
+    text=dict(
+        COMMON_TEXT,
+        num_hidden_layers=6,
+        layer_types=[SLIDING, SLIDING, FULL, SLIDING, SLIDING, FULL],
+        num_kv_shared_layers=3,
+        global_head_dim=32,
+        num_global_key_value_heads=1,
+        attention_k_eq_v=True,
+        use_double_wide_mlp=False,
+        hidden_size_per_layer_input=0,
+        vocab_size_per_layer_input=0,
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=True,
+        enable_moe_block=True,
+        num_experts=4,
+        top_k_experts=2,
+        moe_intermediate_size=16,
+    ),
+)
 
 ASSISTANTS = {
     "assistant-dense": dict(seed=11, target="target-full", ordered=False),
@@ -192,6 +230,7 @@ ASSISTANTS = {
         seed=12, target="target-full", ordered=True, num_centroids=16, centroid_intermediate_top_k=4
     ),
     "assistant-nople": dict(seed=13, target="target-nople", ordered=False),
+    "assistant-moe": dict(seed=MOE_ASSISTANT_SEED, target="target-moe", ordered=False),
 }
 ASSISTANT_POST_NORM_SCALE = 0.4  # see gemma4_random_weights.py
 ASSISTANT_TEXT = dict(
@@ -317,9 +356,13 @@ def save_checkpoint(model: nn.Module, directory: Path, spec: dict) -> None:
         rewrite_config_to_legacy_geometry(directory, spec["text"])
 
 
-def load_checkpoint(model_class, directory: Path) -> nn.Module:
-    model = model_class.from_pretrained(directory, attn_implementation="eager")
+def load_checkpoint(model_class, directory: Path, **kwargs) -> nn.Module:
+    model = model_class.from_pretrained(directory, attn_implementation="eager", **kwargs)
     return model.float().eval()
+
+
+def is_moe(spec: dict) -> bool:
+    return bool(spec["text"].get("enable_moe_block"))
 
 
 def assert_same_weights(saved: nn.Module, loaded: nn.Module) -> None:
@@ -348,6 +391,93 @@ def text_model_of(model: nn.Module) -> nn.Module:
 
 def text_config_of(model: nn.Module) -> Gemma4TextConfig:
     return model.config.get_text_config()
+
+
+# --------------------------------------------------------------------------------------------
+# MoE routing
+
+
+class RouterRecorder:
+    """Forward hooks on every decoder layer's router and experts. Each forward appends, per
+    layer, the router's input (the flattened residual), its outputs (f32 softmax
+    probabilities, top-k weights after renormalisation and `per_expert_scale`, top-k indices),
+    and the experts' input (pre_feedforward_layernorm_2 of the residual) and output (the
+    weighted sum, before post_feedforward_layernorm_2)."""
+
+    def __init__(self, model: nn.Module):
+        self.layers = list(text_model_of(model).layers)
+        self.records: list[dict] = []
+
+    def __enter__(self):
+        self.handles = []
+        for i, layer in enumerate(self.layers):
+            self.handles.append(layer.router.register_forward_hook(self._router_hook(i)))
+            self.handles.append(layer.experts.register_forward_hook(self._experts_hook(i)))
+        return self
+
+    def __exit__(self, *_exc):
+        for handle in self.handles:
+            handle.remove()
+
+    def _router_hook(self, layer: int):
+        def hook(_module, inputs, outputs):
+            probs, weights, index = (t.detach().clone() for t in outputs)
+            self.records.append(
+                {"layer": layer, "router_in": inputs[0].detach().clone(), "probs": probs, "weights": weights, "index": index}
+            )
+
+        return hook
+
+    def _experts_hook(self, layer: int):
+        def hook(_module, inputs, output):
+            record = self.records[-1]
+            if record["layer"] != layer or "experts_out" in record:
+                raise AssertionError("the experts must run right after their router")
+            record["experts_in"] = inputs[0].detach().clone()
+            record["experts_out"] = output.detach().clone()
+
+        return hook
+
+    def min_gap(self, top_k: int) -> float:
+        """Smallest p_k - p_(k+1) over every recorded layer and position."""
+        gaps = []
+        for record in self.records:
+            ordered = torch.sort(record["probs"], dim=-1, descending=True).values
+            gaps.append((ordered[:, top_k - 1] - ordered[:, top_k]).min())
+        return float(torch.stack(gaps).min())
+
+
+def check_moe_semantics(layer: nn.Module, config: Gemma4TextConfig, record: dict) -> None:
+    """Recompute one layer's routing and experts from the weights, the way tools/README.md
+    describes them, and require HF's outputs: RMSNorm without scale, x scale x hidden^-0.5,
+    proj, f32 softmax, top-k, renormalise, x per_expert_scale; each selected expert on
+    pre_feedforward_layernorm_2(residual) with gate_up_proj's first half the gate."""
+    router, experts = layer.router, layer.experts
+    x = record["router_in"].float()
+    normed = x * torch.pow(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps, -0.5)
+    logits = (normed * router.scale * config.hidden_size**-0.5) @ router.proj.weight.T
+    probs = torch.softmax(logits, dim=-1)
+    weights, index = torch.topk(probs, config.top_k_experts, dim=-1)
+    weights = weights / weights.sum(-1, keepdim=True) * router.per_expert_scale[index]
+    if not torch.equal(index, record["index"]):
+        raise AssertionError("recomputed top-k experts differ from HF's")
+    if not torch.allclose(probs, record["probs"], atol=1e-6, rtol=0):
+        raise AssertionError("recomputed router probabilities differ from HF's")
+    if not torch.allclose(weights, record["weights"], atol=1e-6, rtol=0):
+        raise AssertionError("recomputed top-k weights differ from HF's")
+    h = layer.pre_feedforward_layernorm_2(x)
+    if not torch.equal(h, record["experts_in"]):
+        raise AssertionError("the experts' input is not pre_feedforward_layernorm_2(residual)")
+    inter = config.moe_intermediate_size
+    out = torch.zeros_like(h)
+    for t in range(h.shape[0]):
+        for j in range(config.top_k_experts):
+            e = int(index[t, j])
+            gate_up = experts.gate_up_proj[e] @ h[t]
+            act = nn.functional.gelu(gate_up[:inter], approximate="tanh") * gate_up[inter:]
+            out[t] += weights[t, j] * (experts.down_proj[e] @ act)
+    if not torch.allclose(out, record["experts_out"], atol=1e-5, rtol=0):
+        raise AssertionError("recomputed expert outputs differ from HF's")
 
 
 def capture_layer_outputs(model: nn.Module):
@@ -424,6 +554,39 @@ def per_layer_inputs_last(model: nn.Module, ids: torch.Tensor) -> torch.Tensor |
 
 
 def target_prompt_reference(model: nn.Module, name: str, prompt: list[int]) -> dict:
+    text = text_config_of(model)
+    if not text.enable_moe_block:
+        return prompt_reference(model, name, prompt)
+    with RouterRecorder(model) as recorder:
+        reference = prompt_reference(model, name, prompt)
+    num_layers = text.num_hidden_layers
+    gap = recorder.min_gap(text.top_k_experts)
+    if gap < MIN_ROUTER_GAP:
+        raise AssertionError(f"{name}: router gap {gap:.2e} is below {MIN_ROUTER_GAP}")
+    prefill = recorder.records[:num_layers]  # the uncached forward of the whole prompt
+    layers = text_model_of(model).layers
+    for record in prefill:
+        if record["probs"].shape[0] != len(prompt):
+            raise AssertionError("the first forward should route every prompt position")
+        check_moe_semantics(layers[record["layer"]], text, record)
+        # The recorded order of the selected experts (descending probability) must be
+        # unambiguous too: every gap among the k + 1 largest probabilities of the last position.
+        ordered = torch.sort(record["probs"][-1], descending=True).values[: text.top_k_experts + 1]
+        if float((ordered[:-1] - ordered[1:]).min()) < MIN_ROUTER_GAP:
+            raise AssertionError(f"{name}: the top-k order at the last position is a near tie")
+    reference.update(
+        {
+            "router_top_k_index_last": [int_list(r["index"][-1]) for r in prefill],
+            "router_top_k_weights_last": [f32_list(r["weights"][-1]) for r in prefill],
+            "router_probs_last": [f32_list(r["probs"][-1]) for r in prefill],
+            "experts_out_last": [f32_list(r["experts_out"][-1]) for r in prefill],
+            "router_min_gap": gap,
+        }
+    )
+    return reference
+
+
+def prompt_reference(model: nn.Module, name: str, prompt: list[int]) -> dict:
     ids = torch.tensor([prompt])
     layer_outputs, handles = capture_layer_outputs(model)
     try:
@@ -478,16 +641,41 @@ def check_multimodal_text_path(model: Gemma4ForConditionalGeneration, prompt: li
         raise AssertionError("multimodal text-only logits differ from the text-only model's")
 
 
-def versions(dtype: torch.dtype, computed_in: str) -> dict:
-    return {
+def versions(dtype: torch.dtype, computed_in: str, moe: bool = False) -> dict:
+    result = {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "checkpoint_dtype": str(dtype).removeprefix("torch."),
         "compute_dtype": "float32",
         "computed_in": computed_in,
         "attn_implementation": "eager",
-        "torch_threads": torch.get_num_threads(),
     }
+    if moe:
+        result["experts_implementation"] = "eager"
+    result["torch_threads"] = torch.get_num_threads()
+    return result
+
+
+def check_grouped_mm_experts(directory: Path, eager: nn.Module, references: list[dict]) -> float:
+    """HF's default experts implementation (grouped_mm) must agree with the eager loop the
+    references come from: same greedy tokens, logits within 1e-5. Returns the largest logit
+    difference."""
+    grouped = load_checkpoint(Gemma4ForCausalLM, directory)
+    if grouped.config._experts_implementation != "grouped_mm":
+        raise AssertionError(f"expected grouped_mm by default, got {grouped.config._experts_implementation}")
+    if eager.config._experts_implementation != "eager":
+        raise AssertionError("the reference model should use the eager experts loop")
+    worst = 0.0
+    for reference in references:
+        ids = torch.tensor([reference["prompt_ids"]])
+        diff = (grouped(input_ids=ids).logits - eager(input_ids=ids).logits).abs().max()
+        worst = max(worst, float(diff))
+        tokens, _, _ = greedy_decode(grouped, ids, GREEDY_TOKENS)
+        if tokens != reference["greedy"]:
+            raise AssertionError(f"{reference['name']}: grouped_mm greedy tokens differ")
+    if worst > 1e-5:
+        raise AssertionError(f"grouped_mm logits differ from eager by {worst:.2e}")
+    return worst
 
 
 def build_target(name: str, spec: dict, out_dir: Path) -> nn.Module:
@@ -500,7 +688,8 @@ def build_target(name: str, spec: dict, out_dir: Path) -> nn.Module:
     model = model.to(spec["dtype"])
     save_checkpoint(model, directory, spec)
 
-    loaded = load_checkpoint(model_class, directory)
+    moe = is_moe(spec)
+    loaded = load_checkpoint(model_class, directory, **({"experts_implementation": "eager"} if moe else {}))
     assert_same_weights(model, loaded)
     text = text_config_of(loaded)
     expected_geometry = layer_geometry(text_config_of(model))
@@ -512,16 +701,28 @@ def build_target(name: str, spec: dict, out_dir: Path) -> nn.Module:
     computed_in = "float32"
     if spec["dtype"] != torch.float32:
         computed_in = "float32 from the bf16-rounded weights stored in the checkpoint (upcast on load)"
+    prompts = [target_prompt_reference(loaded, n, p) for n, p in PROMPTS.items()]
     reference = {
         "fixture": name,
         "model_type": loaded.config.model_type,
-        "versions": versions(spec["dtype"], computed_in),
+        "versions": versions(spec["dtype"], computed_in, moe),
         "hf_bugs_present": hf_gemma4_workarounds.BUGS_PRESENT,
         "files": checkpoint_files(directory),
         "layers": expected_geometry,
         "greedy_tokens": GREEDY_TOKENS,
-        "prompts": [target_prompt_reference(loaded, n, p) for n, p in PROMPTS.items()],
     }
+    if moe:
+        reference["moe"] = {
+            "num_experts": text.num_experts,
+            "top_k_experts": text.top_k_experts,
+            "moe_intermediate_size": text.moe_intermediate_size,
+            "router_min_gap": min(p["router_min_gap"] for p in prompts),
+            "min_router_gap_required": MIN_ROUTER_GAP,
+            "router_decisions_checked": text.num_hidden_layers * sum(len(p["prompt_ids"]) + GREEDY_TOKENS for p in prompts),
+            "greedy_min_margin": min(min(p["greedy_margins"]) for p in prompts),
+            "grouped_mm_max_logit_diff": check_grouped_mm_experts(directory, loaded, prompts),
+        }
+    reference["prompts"] = prompts
     fixture_json.write(directory / "reference.json", reference)
     return loaded
 
@@ -741,15 +942,29 @@ def build_assistant(name: str, spec: dict, out_dir: Path, targets: dict) -> None
 # --------------------------------------------------------------------------------------------
 
 
-def generate_all(out_dir: Path) -> None:
+def selected_fixtures(only: list[str] | None) -> list[str]:
+    """The fixtures to build, in build order: all of them, or those named plus the targets the
+    named assistants are paired with."""
+    if not only:
+        return [*TARGETS, *ASSISTANTS]
+    unknown = sorted(set(only) - set(TARGETS) - set(ASSISTANTS))
+    if unknown:
+        raise SystemExit(f"unknown fixtures: {', '.join(unknown)}")
+    wanted = set(only) | {ASSISTANTS[n]["target"] for n in only if n in ASSISTANTS}
+    return [n for n in [*TARGETS, *ASSISTANTS] if n in wanted]
+
+
+def generate_all(out_dir: Path, names: list[str]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     targets = {}
     for name, spec in TARGETS.items():
-        print(f"building {name}", flush=True)
-        targets[name] = build_target(name, spec, out_dir)
+        if name in names:
+            print(f"building {name}", flush=True)
+            targets[name] = build_target(name, spec, out_dir)
     for name, spec in ASSISTANTS.items():
-        print(f"building {name}", flush=True)
-        build_assistant(name, spec, out_dir, targets)
+        if name in names:
+            print(f"building {name}", flush=True)
+            build_assistant(name, spec, out_dir, targets)
 
 
 def directories_identical(left: Path, right: Path) -> bool:
@@ -767,6 +982,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="build only these fixtures (and the targets of the assistants named); the others are left alone",
+    )
+    parser.add_argument(
         "--check-determinism",
         action="store_true",
         help="also generate into a temporary directory and require byte-identical output",
@@ -780,16 +1001,17 @@ def main() -> int:
     transformers.utils.logging.disable_progress_bar()
     hf_gemma4_workarounds.install()
 
-    generate_all(args.out)
+    names = selected_fixtures(args.only)
+    generate_all(args.out, names)
     if args.check_determinism:
         with tempfile.TemporaryDirectory() as scratch:
-            generate_all(Path(scratch))
-            if not directories_identical(args.out, Path(scratch)):
+            generate_all(Path(scratch), names)
+            if not all(directories_identical(args.out / n, Path(scratch) / n) for n in names):
                 print("fixtures are NOT deterministic", file=sys.stderr)
                 return 1
         print("second run is byte-identical")
-    total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    print(f"wrote {args.out} ({total / 1e6:.2f} MB)")
+    total = sum(f.stat().st_size for n in names for f in (args.out / n).rglob("*") if f.is_file())
+    print(f"wrote {len(names)} fixtures to {args.out} ({total / 1e6:.2f} MB)")
     return 0
 
 

@@ -92,6 +92,18 @@ pub struct Gemma4TextConfig {
     pub tie_word_embeddings: bool,
     pub eos_token_ids: Vec<u32>,
     pub bos_token_id: Option<u32>,
+    /// The mixture-of-experts block every layer runs beside its MLP (`enable_moe_block`).
+    pub moe: Option<MoeConfig>,
+}
+
+/// The experts of a mixture-of-experts Gemma 4 (26B-A4B and its like).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts each token runs (`top_k_experts`).
+    pub top_k: usize,
+    /// Intermediate width of one expert (`moe_intermediate_size`).
+    pub intermediate_size: usize,
 }
 
 /// Where the text model's weights live inside the checkpoint.
@@ -152,11 +164,7 @@ impl Gemma4TextConfig {
         outer: Option<RawOuter>,
         p: &str,
     ) -> Result<Self, ModelError> {
-        if raw.enable_moe_block.unwrap_or(false) {
-            return Err(ModelError::Unsupported(format!(
-                "{p}enable_moe_block: mixture-of-experts Gemma 4 checkpoints are not supported yet"
-            )));
-        }
+        let moe = Self::moe(&raw, p)?;
         if raw.use_bidirectional_attention.as_deref() == Some("all") {
             return Err(ModelError::Unsupported(format!(
                 "{p}use_bidirectional_attention: \"all\" (non-causal text attention) is not supported"
@@ -289,7 +297,41 @@ impl Gemma4TextConfig {
             tie_word_embeddings: !matches!(tie, LooseBool::Bool(false)),
             eos_token_ids: eos,
             bos_token_id: raw.bos_token_id,
+            moe,
         })
+    }
+
+    /// The experts when `enable_moe_block` is set: each of their sizes must be given.
+    fn moe(raw: &RawTextConfig, p: &str) -> Result<Option<MoeConfig>, ModelError> {
+        if !raw.enable_moe_block.unwrap_or(false) {
+            return Ok(None);
+        }
+        let field = |name: &str| format!("{p}{name}");
+        let positive = |value: Option<usize>, name: &str| match value {
+            Some(0) => Err(ModelError::config(
+                &field(name),
+                "must be positive with enable_moe_block",
+            )),
+            Some(v) => Ok(v),
+            None => Err(ModelError::config(
+                &field(name),
+                "missing (required with enable_moe_block)",
+            )),
+        };
+        let num_experts = positive(raw.num_experts, "num_experts")?;
+        let top_k = positive(raw.top_k_experts, "top_k_experts")?;
+        let intermediate_size = positive(raw.moe_intermediate_size, "moe_intermediate_size")?;
+        if top_k > num_experts {
+            return Err(ModelError::config(
+                &field("top_k_experts"),
+                format!("{top_k} exceeds num_experts {num_experts}"),
+            ));
+        }
+        Ok(Some(MoeConfig {
+            num_experts,
+            top_k,
+            intermediate_size,
+        }))
     }
 
     fn layer_kinds(

@@ -1,10 +1,12 @@
 //! One Gemma 4 decoder layer: attention with q/k/v norms, GeGLU MLP with the four sandwich
-//! norms, the per-layer-embedding residual, and the layer scalar.
+//! norms (and, in a mixture-of-experts model, the experts beside it), the per-layer-embedding
+//! residual, and the layer scalar.
 
 use candle_core::{DType, Tensor, D};
 
 use super::cache::SequenceCache;
 use super::config::{Gemma4TextConfig, LayerGeometry, LayerKind};
+use super::moe::MoeBlock;
 use super::norm::RmsNorm;
 use super::rope;
 use crate::checkpoint::Checkpoint;
@@ -63,6 +65,7 @@ pub struct DecoderLayer {
     pre_feedforward_norm: RmsNorm,
     post_feedforward_norm: RmsNorm,
     per_layer_input: Option<PerLayerInput>,
+    moe: Option<MoeBlock>,
     layer_scalar: Tensor,
 }
 
@@ -148,6 +151,10 @@ impl DecoderLayer {
             pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,
             post_feedforward_norm: norm(ckpt, &format!("{p}.post_feedforward_layernorm"), h, eps)?,
             per_layer_input,
+            moe: cfg
+                .moe
+                .map(|moe| MoeBlock::load(ckpt, &p, moe, h, eps))
+                .transpose()?,
             layer_scalar,
             geometry: g,
         })
@@ -175,7 +182,11 @@ impl DecoderLayer {
         let gate = self.gate_proj.forward(&x, exact)?.gelu()?;
         let up = self.up_proj.forward(&x, exact)?;
         let mlp = self.down_proj.forward(&(gate * up)?, exact)?;
-        let mut h = (h + self.post_feedforward_norm.forward(&mlp)?)?;
+        let feed_forward = match &self.moe {
+            Some(moe) => moe.forward(&h, &mlp, exact)?,
+            None => mlp,
+        };
+        let mut h = (h + self.post_feedforward_norm.forward(&feed_forward)?)?;
 
         if let (Some(ple), Some(input)) = (&self.per_layer_input, per_layer_input) {
             let g = ple.gate.forward(&h, exact)?.gelu()?;

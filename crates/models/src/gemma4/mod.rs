@@ -5,11 +5,14 @@ pub mod config;
 pub mod gguf;
 mod layer;
 mod model;
+mod moe;
 pub(crate) mod norm;
 pub(crate) mod raw_config;
 pub(crate) mod rope;
 
 pub use crate::causal_lm::OutputRows;
 pub use cache::{LayerKv, SequenceCache, SharedKv};
-pub use config::{CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, RopeConfig};
+pub use config::{
+    CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, MoeConfig, RopeConfig,
+};
 pub use model::{BlockInput, Gemma4Model, DEFAULT_PREFILL_CHUNK};

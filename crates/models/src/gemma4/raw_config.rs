@@ -14,6 +14,9 @@ use super::config::LayerKind;
 #[derive(Deserialize)]
 pub(crate) struct RawTextConfig {
     pub enable_moe_block: Option<bool>,
+    pub num_experts: Option<usize>,
+    pub top_k_experts: Option<usize>,
+    pub moe_intermediate_size: Option<usize>,
     pub use_bidirectional_attention: Option<String>,
     pub hidden_activation: Option<String>,
     pub vocab_size: Option<usize>,

@@ -124,6 +124,11 @@ impl Gemma4AssistantConfig {
                 if raw.hidden_size_per_layer_input.is_none() { ", the default when absent" } else { "" }
             )));
         }
+        if raw.enable_moe_block.unwrap_or(false) {
+            return Err(ModelError::Unsupported(format!(
+                "{p}enable_moe_block: an assistant has no mixture-of-experts layers (must be false)"
+            )));
+        }
         if raw.use_double_wide_mlp.unwrap_or(false) {
             return Err(ModelError::Unsupported(format!(
                 "{p}use_double_wide_mlp: not supported in an assistant (must be false)"

@@ -10,7 +10,12 @@ use specd_models::gemma4_assistant::{
     first_argmax, CentroidSelection, Gemma4Assistant, SharedKvMirror,
 };
 
-const ASSISTANTS: [&str; 3] = ["assistant-dense", "assistant-centroid", "assistant-nople"];
+const ASSISTANTS: [&str; 4] = [
+    "assistant-dense",
+    "assistant-centroid",
+    "assistant-nople",
+    "assistant-moe",
+];
 const TOLERANCE: f32 = 1e-4;
 
 struct Pair {

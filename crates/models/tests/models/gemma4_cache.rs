@@ -48,7 +48,12 @@ fn tokens(seed: u32, n: usize, vocab: usize) -> Vec<u32> {
 
 #[test]
 fn block_forward_equals_one_token_steps_bit_for_bit() {
-    for name in ["target-full", "target-nople", "target-multimodal"] {
+    for name in [
+        "target-full",
+        "target-nople",
+        "target-multimodal",
+        "target-moe",
+    ] {
         let model = load(name);
         let vocab = model.config().vocab_size;
         for prompt in prompts(name) {
@@ -158,7 +163,7 @@ fn rollback_beyond_the_slack_after_a_wrap_is_refused() {
 
 #[test]
 fn batched_forward_equals_each_row_alone() {
-    for name in ["target-full", "target-nople"] {
+    for name in ["target-full", "target-nople", "target-moe"] {
         let model = load(name);
         let vocab = model.config().vocab_size;
         let ps = prompts(name);

@@ -5,11 +5,12 @@ use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 use candle_core::{DType, Device, Tensor};
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
-const TARGETS: [&str; 4] = [
+const TARGETS: [&str; 5] = [
     "target-full",
     "target-nople",
     "target-multimodal",
     "target-sharded-bf16",
+    "target-moe",
 ];
 const LOGIT_TOLERANCE: f32 = 1e-4;
 

@@ -20,14 +20,28 @@ fn load_err(dir: &std::path::Path) -> String {
 }
 
 #[test]
-fn moe_checkpoints_are_refused_as_unsupported() {
+fn an_incomplete_moe_config_names_the_missing_field() {
     let dir = copy_fixture("target-full");
     edit_config(dir.path(), |c| c["enable_moe_block"] = Value::Bool(true));
     let err = load_err(dir.path());
     assert!(
-        err.contains("unsupported") && err.contains("enable_moe_block"),
+        err.contains("num_experts") && err.contains("enable_moe_block"),
         "{err}"
     );
+    edit_config(dir.path(), |c| {
+        c["num_experts"] = Value::from(4);
+        c["top_k_experts"] = Value::from(5);
+        c["moe_intermediate_size"] = Value::from(16);
+    });
+    let err = load_err(dir.path());
+    assert!(
+        err.contains("top_k_experts") && err.contains("exceeds num_experts 4"),
+        "{err}"
+    );
+    // A complete config over a dense checkpoint: the experts' tensors are missing, by name.
+    edit_config(dir.path(), |c| c["top_k_experts"] = Value::from(2));
+    let err = load_err(dir.path());
+    assert!(err.contains("experts.gate_up_proj"), "{err}");
 }
 
 #[test]

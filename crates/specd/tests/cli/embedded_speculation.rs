@@ -12,13 +12,22 @@ fn target() -> PathBuf {
     fixture("target-full")
 }
 
+/// The mixture-of-experts target the `assistant-moe` fixture is paired with.
+fn moe_target() -> PathBuf {
+    fixture("target-moe")
+}
+
 /// Repetitive, so prompt lookup finds drafts.
 const PROMPT: &str = "2,40,41,42,43,9,40,41,42,43,9,40,41,42,43,9";
 
 fn generate(extra: &[&str]) -> Value {
+    generate_on(&target(), extra)
+}
+
+fn generate_on(target: &std::path::Path, extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_specd"))
         .args(["generate", "--target"])
-        .arg(target())
+        .arg(target)
         .args([
             "--prompt-ids",
             PROMPT,
@@ -41,6 +50,11 @@ fn generate(extra: &[&str]) -> Value {
 /// Generates with `drafter_args` for block sizes 2..=8, greedy and seeded, asserting the
 /// plain tokens each time; returns the drafts (drafted, accepted) over all runs.
 fn assert_lossless(drafter_args: &[&str]) -> (u64, u64) {
+    assert_lossless_on(&target(), drafter_args)
+}
+
+fn assert_lossless_on(target: &std::path::Path, drafter_args: &[&str]) -> (u64, u64) {
+    let generate = |extra: &[&str]| generate_on(target, extra);
     let (mut drafted, mut accepted) = (0, 0);
     for sampling in [
         vec!["--temperature", "0"],
@@ -80,6 +94,14 @@ fn mtp_drafting_prints_the_plain_tokens() {
     let drafter = fixture("assistant-dense");
     let drafter = drafter.to_str().unwrap();
     let (drafted, _) = assert_lossless(&["--draft", "mtp", "--drafter", drafter]);
+    assert!(drafted > 0);
+}
+
+#[test]
+fn mtp_drafting_on_a_mixture_of_experts_target_prints_the_plain_tokens() {
+    let drafter = fixture("assistant-moe");
+    let drafter = drafter.to_str().unwrap();
+    let (drafted, _) = assert_lossless_on(&moe_target(), &["--draft", "mtp", "--drafter", drafter]);
     assert!(drafted > 0);
 }
 
