@@ -4,8 +4,9 @@
 #
 # Usage: tools/gemma4_gguf_fixtures.sh [OUT_DIR]
 #   OUT_DIR defaults to crates/models/tests/fixtures/gemma4-gguf.
-# Writes target-nople-f32.gguf and target-full-f32.gguf from the checkpoints of the same name
-# under crates/models/tests/fixtures/gemma4/, which must exist (tools/gemma4_fixtures.py).
+# Writes target-nople-f32.gguf, target-full-f32.gguf and target-moe-f32.gguf (mixture of
+# experts) from the checkpoints of the same name under crates/models/tests/fixtures/gemma4/,
+# which must exist (tools/gemma4_fixtures.py).
 #
 # The converter is the one vendored in the llama-cpp-python 0.3.36 sdist that
 # tools/build_llamacpp.sh builds from (llama.cpp commit 0c1e57098): it is downloaded and
@@ -61,7 +62,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 
-for name in target-nople target-full; do
+for name in target-nople target-full target-moe; do
     # The directory keeps the fixture's name: the converter derives general.name from it.
     copy=$work/$name
     mkdir -p "$copy"

@@ -14,7 +14,7 @@ use specd_models::ModelSource;
 use crate::common::tempdir::TempDir;
 use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 
-const TARGETS: [&str; 2] = ["target-nople", "target-full"];
+const TARGETS: [&str; 3] = ["target-nople", "target-full", "target-moe"];
 
 fn gguf_fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -41,6 +41,7 @@ fn assert_same_config(name: &str, gguf: &Gemma4TextConfig, st: &Gemma4TextConfig
     assert_eq!(gguf.layers, st.layers, "{name}: layer geometry");
     assert_eq!(gguf.rope_sliding, st.rope_sliding, "{name}: sliding RoPE");
     assert_eq!(gguf.rope_full, st.rope_full, "{name}: full RoPE");
+    assert_eq!(gguf.moe, st.moe, "{name}: experts");
     let sizes = |c: &Gemma4TextConfig| {
         (
             c.vocab_size,
@@ -224,21 +225,108 @@ fn missing_metadata_is_named_by_its_key() {
 }
 
 #[test]
-fn quantized_and_expert_files_are_refused_naming_the_reason() {
+fn quantized_files_are_refused_naming_the_tensor() {
     let dir = TempDir::new("gemma4-gguf-refused");
-    let mut parts = Parts::read(&gguf_fixture("target-nople"));
-    parts.matrices_as(GgmlDType::Q8_0);
-    let err = load_error(&parts.write(&dir, "q8.gguf"));
-    assert!(err.contains("Q8_0"), "{err}");
-    assert!(err.contains(".weight"), "{err}");
+    for name in ["target-nople", "target-moe"] {
+        let mut parts = Parts::read(&gguf_fixture(name));
+        parts.matrices_as(GgmlDType::Q8_0);
+        let err = load_error(&parts.write(&dir, &format!("{name}-q8.gguf")));
+        assert!(err.contains("Q8_0"), "{name}: {err}");
+        assert!(err.contains(".weight"), "{name}: {err}");
+    }
 
+    // The experts' 3-D weights are refused like the matrices (only the fused gate/up rows are
+    // whole Q8_0 blocks of 32 in this tiny model).
+    let mut parts = Parts::read(&gguf_fixture("target-moe"));
+    for (name, t) in parts.tensors.iter_mut() {
+        if name.ends_with("ffn_gate_up_exps.weight") {
+            let dense = t.dequantize(&Device::Cpu).unwrap();
+            *t = QTensor::quantize(&dense, GgmlDType::Q8_0).unwrap();
+        }
+    }
+    let err = load_error(&parts.write(&dir, "experts-q8.gguf"));
+    assert!(err.contains("Q8_0"), "{err}");
+    assert!(err.contains("ffn_gate_up_exps.weight"), "{err}");
+}
+
+#[test]
+fn expert_files_load_and_their_metadata_must_agree_with_the_tensors() {
+    let model = load(&gguf_fixture("target-moe"));
+    let moe = model.config().moe.expect("experts");
+    assert_eq!(
+        (moe.num_experts, moe.top_k, moe.intermediate_size),
+        (4, 2, 16)
+    );
+
+    let dir = TempDir::new("gemma4-gguf-experts");
+    // A router without an expert count would have its block dropped.
+    let mut parts = Parts::read(&gguf_fixture("target-moe"));
+    parts.metadata.remove("gemma4.expert_count");
+    let err = load_error(&parts.write(&dir, "no-count.gguf"));
+    assert!(err.contains("blk.0.ffn_gate_inp.weight"), "{err}");
+    assert!(err.contains("gemma4.expert_count"), "{err}");
+
+    let mut parts = Parts::read(&gguf_fixture("target-moe"));
+    parts.metadata.remove("gemma4.expert_used_count");
+    let err = load_error(&parts.write(&dir, "no-top-k.gguf"));
+    assert!(err.contains("gemma4.expert_used_count"), "{err}");
+
+    // Experts where the file has none are a missing tensor, named as the converter names it.
     let mut parts = Parts::read(&gguf_fixture("target-nople"));
     parts
         .metadata
         .insert("gemma4.expert_count".into(), Value::U32(4));
-    let err = load_error(&parts.write(&dir, "experts.gguf"));
-    assert!(err.contains("mixture-of-experts"), "{err}");
-    assert!(err.contains("gemma4.expert_count"), "{err}");
+    parts
+        .metadata
+        .insert("gemma4.expert_used_count".into(), Value::U32(2));
+    parts
+        .metadata
+        .insert("gemma4.expert_feed_forward_length".into(), Value::U32(16));
+    let err = load_error(&parts.write(&dir, "dense-with-count.gguf"));
+    assert!(err.contains("blk.0.ffn_"), "{err}");
+    assert!(err.contains("missing"), "{err}");
+}
+
+#[test]
+fn separate_expert_gate_and_up_tensors_load_as_the_fused_one() {
+    let dir = TempDir::new("gemma4-gguf-split-experts");
+    let mut parts = Parts::read(&gguf_fixture("target-moe"));
+    let fused: Vec<(String, Tensor)> = parts
+        .tensors
+        .iter()
+        .filter(|(n, _)| n.ends_with(".ffn_gate_up_exps.weight"))
+        .map(|(n, t)| (n.clone(), t.dequantize(&Device::Cpu).unwrap()))
+        .collect();
+    assert!(!fused.is_empty());
+    parts
+        .tensors
+        .retain(|(n, _)| !n.ends_with(".ffn_gate_up_exps.weight"));
+    for (name, both) in fused {
+        let block = name.strip_suffix("ffn_gate_up_exps.weight").unwrap();
+        let half = both.dim(1).unwrap() / 2;
+        for (part, start) in [("ffn_gate_exps", 0), ("ffn_up_exps", half)] {
+            let t = both.narrow(1, start, half).unwrap().contiguous().unwrap();
+            parts.tensors.push((
+                format!("{block}{part}.weight"),
+                QTensor::quantize(&t, GgmlDType::F32).unwrap(),
+            ));
+        }
+    }
+    let split = load(&parts.write(&dir, "split.gguf"));
+    let fused = load(&gguf_fixture("target-moe"));
+    let ids = u32s(&reference("target-moe")["prompts"][0]["prompt_ids"]);
+    let (mut a, mut b) = (split.new_cache(16), fused.new_cache(16));
+    let all_a = rows(
+        &split
+            .logits(&split.forward_block(&mut a, &ids).unwrap())
+            .unwrap(),
+    );
+    let all_b = rows(
+        &fused
+            .logits(&fused.forward_block(&mut b, &ids).unwrap())
+            .unwrap(),
+    );
+    assert_eq!(bits(&all_a), bits(&all_b));
 }
 
 #[test]

@@ -16,7 +16,7 @@ impl GgufStore {
             ));
         }
         let key = |k: &str| format!("{ARCHITECTURE}.{k}");
-        self.refuse_experts(&meta, &key("expert_count"))?;
+        let experts = self.experts(&meta)?;
 
         let num_layers = meta.usize(&key("block_count"))?;
         let hidden = meta.usize(&key("embedding_length"))?;
@@ -222,20 +222,45 @@ impl GgufStore {
             if let Some(bos) = meta.usize_opt("tokenizer.ggml.bos_token_id")? {
                 fields.insert("bos_token_id".into(), json!(bos));
             }
+            if let Some(moe) = experts {
+                fields.extend(moe);
+            }
         }
         Ok(config)
     }
 
-    fn refuse_experts(&self, meta: &Meta<'_>, expert_key: &str) -> Result<()> {
-        let experts = meta.usize_opt(expert_key)?.unwrap_or(0);
-        if experts > 0 || self.file.has_tensor("blk.0.ffn_gate_inp.weight") {
-            return Err(ModelError::Unsupported(format!(
-                "{}: a mixture-of-experts Gemma 4 GGUF file ({expert_key} = {experts}); only \
-                 dense Gemma 4 GGUF files load",
-                self.file.path().display()
-            )));
+    /// The `config.json` fields of a mixture-of-experts block, `None` for a dense file.
+    fn experts(&self, meta: &Meta<'_>) -> Result<Option<Map<String, Json>>> {
+        let key = |k: &str| format!("{ARCHITECTURE}.{k}");
+        let count_key = key("expert_count");
+        let count = meta.usize_opt(&count_key)?.unwrap_or(0);
+        if count == 0 {
+            // A router without experts would otherwise be ignored and the block silently dropped.
+            const ROUTER: &str = "blk.0.ffn_gate_inp.weight";
+            if self.file.has_tensor(ROUTER) {
+                return Err(ModelError::Invalid(format!(
+                    "tensor {ROUTER}: a mixture-of-experts router, but {count_key} is {}",
+                    if meta.0.contains_key(&count_key) {
+                        "0"
+                    } else {
+                        "missing"
+                    }
+                )));
+            }
+            return Ok(None);
         }
-        Ok(())
+        let mut fields = Map::new();
+        fields.insert("enable_moe_block".into(), json!(true));
+        fields.insert("num_experts".into(), json!(count));
+        fields.insert(
+            "top_k_experts".into(),
+            json!(meta.usize(&key("expert_used_count"))?),
+        );
+        fields.insert(
+            "moe_intermediate_size".into(),
+            json!(meta.usize(&key("expert_feed_forward_length"))?),
+        );
+        Ok(Some(fields))
     }
 
     /// `rope_parameters` of both layer types.

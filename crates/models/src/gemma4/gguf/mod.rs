@@ -18,9 +18,16 @@
 //! - `attention_k_eq_v` is the absence of `attn_v` on full layers, and a double-wide MLP a
 //!   per-layer `feed_forward_length` array;
 //! - the vocabulary is the rows of `token_embd`, which the converter cuts to the tokenizer's
-//!   size; the end-of-sequence ids are the tokenizer's `eos_token_id` and `eot_token_id`.
+//!   size; the end-of-sequence ids are the tokenizer's `eos_token_id` and `eot_token_id`;
+//! - a mixture-of-experts block (`enable_moe_block`) is `expert_count > 0`, with
+//!   `expert_used_count` and `expert_feed_forward_length` for `top_k_experts` and
+//!   `moe_intermediate_size`; its tensors keep their values and layout (the experts' 3-D
+//!   weights list `[hidden, 2 * moe_intermediate, experts]` and `[moe_intermediate, hidden,
+//!   experts]` innermost first, so they read back as the checkpoint's `[experts, 2I, hidden]`
+//!   and `[experts, hidden, I]`), and `router.per_expert_scale` becomes `ffn_down_exps.scale`
+//!   unchanged.
 //!
-//! Dense F32, F16 and BF16 tensors only; mixture-of-experts files are refused.
+//! F32, F16 and BF16 tensors only: quantized tensors are refused by name.
 //!
 //! The tensors and names are here; the configuration from the metadata is in `config.rs`, the
 //! typed metadata reads in `meta.rs`.
@@ -47,6 +54,11 @@ pub const ARCHITECTURE: &str = "gemma4";
 /// Frequency factors at least this large mark RoPE pairs that do not rotate (the converter
 /// writes 1e30).
 const UNROTATED_FACTOR: f32 = 1e20;
+
+/// The experts' fused gate and up projections `[experts, 2 * moe_intermediate, hidden]` (gate
+/// rows first), as the converter writes `experts.gate_up_proj`; llama.cpp also loads them as
+/// separate `ffn_gate_exps` and `ffn_up_exps`, which are joined back here.
+const GATE_UP_EXPS: &str = "ffn_gate_up_exps.weight";
 
 /// Opens a Gemma 4 GGUF file: its configuration, and its tensors under Hugging Face names,
 /// converted to `dtype` on `device` when loaded.
@@ -89,11 +101,20 @@ pub fn gguf_name(name: &str) -> Option<String> {
     let rest = name.strip_prefix("model.layers.")?;
     let (index, rest) = rest.split_once('.')?;
     let index: usize = index.parse().ok()?;
-    // The layer scalar is the one tensor without a `.weight` suffix in the checkpoint.
-    let (module, suffix) = match rest {
-        "layer_scalar" => ("layer_scalar", "weight"),
-        _ => rest.rsplit_once('.')?,
+    // Checkpoint tensors without a `.weight` suffix: the converter gives them one, except the
+    // router's two scale vectors, which become `.scale` tensors beside another one's `.weight`.
+    let whole = match rest {
+        "layer_scalar" => Some("layer_output_scale.weight"),
+        "router.scale" => Some("ffn_gate_inp.scale"),
+        "router.per_expert_scale" => Some("ffn_down_exps.scale"),
+        "experts.gate_up_proj" => Some(GATE_UP_EXPS),
+        "experts.down_proj" => Some("ffn_down_exps.weight"),
+        _ => None,
     };
+    if let Some(whole) = whole {
+        return Some(format!("blk.{index}.{whole}"));
+    }
+    let (module, suffix) = rest.rsplit_once('.')?;
     if suffix != "weight" && suffix != "bias" {
         return None;
     }
@@ -108,13 +129,16 @@ pub fn gguf_name(name: &str) -> Option<String> {
         "post_attention_layernorm" => "post_attention_norm",
         "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",
+        "pre_feedforward_layernorm_2" => "pre_ffw_norm_2",
+        "post_feedforward_layernorm_1" => "post_ffw_norm_1",
+        "post_feedforward_layernorm_2" => "post_ffw_norm_2",
+        "router.proj" => "ffn_gate_inp",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "per_layer_input_gate" => "inp_gate",
         "per_layer_projection" => "proj",
         "post_per_layer_input_norm" => "post_norm",
-        "layer_scalar" => "layer_output_scale",
         _ => return None,
     };
     Some(format!("blk.{index}.{base}.{suffix}"))
@@ -126,14 +150,24 @@ struct GgufStore {
 
 impl TensorStore for GgufStore {
     fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        self.file.tensor_dims(&gguf_name(name)?).ok()
+        let gguf = gguf_name(name)?;
+        if let Some((gate, _)) = self.split_gate_up(&gguf) {
+            let mut dims = self.file.tensor_dims(&gate).ok()?;
+            // The up half adds as many rows as the gate half has.
+            *dims.get_mut(1)? *= 2;
+            return Some(dims);
+        }
+        self.file.tensor_dims(&gguf).ok()
     }
 
     fn load(&self, name: &str) -> Result<Tensor> {
         let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
             name: self.display_name(name),
         })?;
-        self.dense(&gguf)
+        match self.split_gate_up(&gguf) {
+            Some((gate, up)) => self.joined_gate_up(&gate, &up),
+            None => self.dense(&gguf),
+        }
     }
 
     fn display_name(&self, name: &str) -> String {
@@ -164,6 +198,38 @@ impl GgufStore {
             &raw.dims,
             &Device::Cpu,
         )?)
+    }
+
+    /// The separate expert gate and up tensors standing in for `gguf` when it is a layer's
+    /// fused `ffn_gate_up_exps` and the file has the halves instead.
+    fn split_gate_up(&self, gguf: &str) -> Option<(String, String)> {
+        let block = gguf.strip_suffix(GATE_UP_EXPS)?;
+        if self.file.has_tensor(gguf) {
+            return None;
+        }
+        let gate = format!("{block}ffn_gate_exps.weight");
+        let up = format!("{block}ffn_up_exps.weight");
+        (self.file.has_tensor(&gate) && self.file.has_tensor(&up)).then_some((gate, up))
+    }
+
+    /// `[experts, intermediate, hidden]` gate and up halves as one `[experts, 2 *
+    /// intermediate, hidden]` tensor, gate rows first as in the checkpoint.
+    fn joined_gate_up(&self, gate: &str, up: &str) -> Result<Tensor> {
+        let (g, u) = (self.dense(gate)?, self.dense(up)?);
+        if g.rank() != 3 || g.dims() != u.dims() {
+            return Err(ModelError::ShapeMismatch {
+                name: up.to_string(),
+                expected: g.dims().to_vec(),
+                found: u.dims().to_vec(),
+            });
+        }
+        // Halves stored in different float types meet in F32, which holds both exactly.
+        let (g, u) = if g.dtype() == u.dtype() {
+            (g, u)
+        } else {
+            (g.to_dtype(DType::F32)?, u.to_dtype(DType::F32)?)
+        };
+        Ok(Tensor::cat(&[g, u], 1)?)
     }
 
     fn dims(&self, gguf: &str) -> Result<Vec<usize>> {
@@ -206,13 +272,43 @@ mod tests {
                 "model.layers.5.layer_scalar",
                 "blk.5.layer_output_scale.weight",
             ),
+            (
+                "model.layers.2.router.proj.weight",
+                "blk.2.ffn_gate_inp.weight",
+            ),
+            ("model.layers.2.router.scale", "blk.2.ffn_gate_inp.scale"),
+            (
+                "model.layers.2.router.per_expert_scale",
+                "blk.2.ffn_down_exps.scale",
+            ),
+            (
+                "model.layers.2.experts.gate_up_proj",
+                "blk.2.ffn_gate_up_exps.weight",
+            ),
+            (
+                "model.layers.2.experts.down_proj",
+                "blk.2.ffn_down_exps.weight",
+            ),
+            (
+                "model.layers.2.pre_feedforward_layernorm_2.weight",
+                "blk.2.pre_ffw_norm_2.weight",
+            ),
+            (
+                "model.layers.2.post_feedforward_layernorm_1.weight",
+                "blk.2.post_ffw_norm_1.weight",
+            ),
+            (
+                "model.layers.2.post_feedforward_layernorm_2.weight",
+                "blk.2.post_ffw_norm_2.weight",
+            ),
         ] {
             assert_eq!(gguf_name(hf).as_deref(), Some(gguf), "{hf}");
         }
         for unknown in [
             "model.layers.x.mlp.up_proj.weight",
             "model.layers.0.mlp.up_proj.scale",
-            "model.layers.0.router.proj.weight",
+            "model.layers.0.router.proj.scale",
+            "model.layers.0.experts.gate_up_proj.weight",
             "model.vision_tower.weight",
         ] {
             assert_eq!(gguf_name(unknown), None, "{unknown}");
