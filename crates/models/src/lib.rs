@@ -8,6 +8,7 @@ pub mod error;
 pub mod exact;
 pub mod gemma4;
 pub mod gemma4_assistant;
+mod gguf_value;
 pub mod linear;
 pub mod qwen2;
 pub mod source;

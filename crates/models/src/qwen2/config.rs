@@ -141,35 +141,12 @@ pub(crate) fn meta_usize(metadata: &HashMap<String, Value>, field: &str) -> Resu
 }
 
 pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
-    let wide: i128 = match value {
-        Value::U8(v) => (*v).into(),
-        Value::I8(v) => (*v).into(),
-        Value::U16(v) => (*v).into(),
-        Value::I16(v) => (*v).into(),
-        Value::U32(v) => (*v).into(),
-        Value::I32(v) => (*v).into(),
-        Value::U64(v) => (*v).into(),
-        Value::I64(v) => (*v).into(),
-        other => {
-            return Err(Qwen2Error::field(
-                field,
-                format!("expected an integer, found {:?}", other.value_type()),
-            ))
-        }
-    };
-    usize::try_from(wide)
-        .map_err(|_| Qwen2Error::field(field, format!("{wide} is not a valid count or id")))
+    crate::gguf_value::count(value).map_err(|reason| Qwen2Error::field(field, reason))
 }
 
 fn meta_f64(metadata: &HashMap<String, Value>, field: &str) -> Result<f64> {
-    match meta(metadata, field)? {
-        Value::F32(v) => Ok(f64::from(*v)),
-        Value::F64(v) => Ok(*v),
-        other => Err(Qwen2Error::field(
-            field,
-            format!("expected a float, found {:?}", other.value_type()),
-        )),
-    }
+    crate::gguf_value::float(meta(metadata, field)?)
+        .map_err(|reason| Qwen2Error::field(field, reason))
 }
 
 fn meta_f64_or(metadata: &HashMap<String, Value>, field: &str, default: f64) -> Result<f64> {

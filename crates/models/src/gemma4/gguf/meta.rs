@@ -87,32 +87,9 @@ impl Meta<'_> {
 }
 
 pub(super) fn integer(value: &Value, key: &str) -> Result<usize> {
-    let wide: i128 = match value {
-        Value::U8(v) => (*v).into(),
-        Value::I8(v) => (*v).into(),
-        Value::U16(v) => (*v).into(),
-        Value::I16(v) => (*v).into(),
-        Value::U32(v) => (*v).into(),
-        Value::I32(v) => (*v).into(),
-        Value::U64(v) => (*v).into(),
-        Value::I64(v) => (*v).into(),
-        other => {
-            return Err(ModelError::config(
-                key,
-                format!("expected an integer, found {:?}", other.value_type()),
-            ))
-        }
-    };
-    usize::try_from(wide).map_err(|_| ModelError::config(key, format!("{wide} is not a count")))
+    crate::gguf_value::count(value).map_err(|reason| ModelError::config(key, reason))
 }
 
 pub(super) fn float(value: &Value, key: &str) -> Result<f64> {
-    match value {
-        Value::F32(v) => Ok(f64::from(*v)),
-        Value::F64(v) => Ok(*v),
-        other => Err(ModelError::config(
-            key,
-            format!("expected a float, found {:?}", other.value_type()),
-        )),
-    }
+    crate::gguf_value::float(value).map_err(|reason| ModelError::config(key, reason))
 }
