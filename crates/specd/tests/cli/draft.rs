@@ -1,10 +1,8 @@
 //! `specd draft` as a user runs it, against transformers' first token and draft block.
 
-use crate::common::{fixture, ids, join, reference};
+use crate::common::{fixture, ids, join, json_of, reference};
 
 use std::process::Command;
-
-use serde_json::Value;
 
 fn draft(target: &str, drafter: &str, prompt_ids: &str, steps: usize) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_specd"))
@@ -31,12 +29,7 @@ fn draft_json_equals_transformers_first_token_and_drafts() {
         for prompt in reference["prompts"].as_array().unwrap() {
             for steps in [3, 7] {
                 let out = draft(target, drafter, &join(&ids(&prompt["prompt_ids"])), steps);
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                let json = json_of(out);
                 assert_eq!(json["first_token"], prompt["first_token"], "{drafter}");
                 assert_eq!(
                     ids(&json["drafts"]),

@@ -1,7 +1,7 @@
 //! `specd generate --draft ngram|mtp|hybrid` in embedded mode prints the tokens `--no-draft`
 //! prints, for every block size, greedy and seeded.
 
-use crate::common::fixture;
+use crate::common::{fixture, json_of};
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,12 +39,7 @@ fn generate_on(target: &std::path::Path, extra: &[&str]) -> Value {
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(out)
 }
 
 /// Generates with `drafter_args` for block sizes 2..=8, greedy and seeded, asserting the

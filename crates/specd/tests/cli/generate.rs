@@ -1,10 +1,8 @@
 //! `specd generate` as a user runs it, against transformers' greedy continuations.
 
-use crate::common::{fixture, ids, join, reference};
+use crate::common::{fixture, ids, join, json_of, reference};
 
 use std::process::Command;
-
-use serde_json::Value;
 
 #[test]
 fn no_draft_json_tokens_equal_transformers_greedy() {
@@ -28,12 +26,7 @@ fn no_draft_json_tokens_equal_transformers_greedy() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let json = json_of(out);
         assert_eq!(ids(&json["tokens"]), want, "{name}");
         assert_eq!(json["finish_reason"], "length");
         assert!(json.get("text").is_none(), "no tokenizer.json, so no text");
@@ -70,12 +63,7 @@ fn a_gemma4_gguf_target_generates_transformers_greedy_and_drafts_losslessly() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let json = json_of(out);
         assert_eq!(ids(&json["tokens"]), want, "{drafting:?}");
     }
 }

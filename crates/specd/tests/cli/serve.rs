@@ -1,7 +1,7 @@
 //! `specd serve verifier|drafter|router` as an operator runs them: three processes on
 //! 127.0.0.1, health SERVING on each, and the router's output equal to embedded decoding.
 
-use crate::common::fixture;
+use crate::common::{fixture, json_of};
 use crate::served::Service;
 
 use std::path::PathBuf;
@@ -35,12 +35,7 @@ fn embedded(extra: &[&str]) -> Value {
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(out)
 }
 
 fn tokens(json: &Value) -> Vec<u32> {

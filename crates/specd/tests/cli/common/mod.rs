@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -26,4 +27,15 @@ pub fn ids(v: &Value) -> Vec<u64> {
 
 pub fn join(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The JSON a successful `specd ... --json` run printed; a failed run fails the test with its
+/// stderr.
+pub fn json_of(out: Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
