@@ -82,42 +82,7 @@ for t in $types; do
     mkdir -p "$copy"
     ln -s "$ckpt/model.safetensors" "$copy/model.safetensors"
     cp "$ckpt"/{config.json,generation_config.json} "$copy/"
-    "$py" - "$copy" <<'EOF'
-import json
-import sys
-from pathlib import Path
-
-d = Path(sys.argv[1])
-n = json.loads((d / "config.json").read_text())["vocab_size"]
-special = ["<pad>", "<eos>", "<bos>", "<unk>"]
-vocab = {t: i for i, t in enumerate(special)}
-for b in range(min(256, n - len(special))):
-    vocab[f"<0x{b:02X}>"] = len(vocab)
-# llama.cpp's gemma4 tokenizer is BPE and refuses a file without merges: one merge, a b -> ab.
-for t in ("a", "b", "ab"):
-    vocab[t] = len(vocab)
-while len(vocab) < n:
-    vocab[f"tok{len(vocab)}"] = len(vocab)
-tokenizer = {
-    "version": "1.0", "truncation": None, "padding": None,
-    "added_tokens": [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-        for i, t in enumerate(special)
-    ],
-    "normalizer": None, "pre_tokenizer": None, "post_processor": None,
-    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
-    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
-              "ignore_merges": False, "vocab": vocab, "merges": ["a b"]},
-}
-(d / "tokenizer.json").write_text(json.dumps(tokenizer))
-(d / "tokenizer_config.json").write_text(json.dumps({
-    "tokenizer_class": "PreTrainedTokenizerFast",
-    "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
-    "add_bos_token": True, "add_eos_token": False,
-}))
-EOF
+    "$py" "$root/tools/gguf_stub_tokenizer.py" "$copy" --loadable
     log "converting $ckpt to $gguf"
     PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype "$t" \
         --outfile "$gguf.part" >"$out/convert-$t.log" 2>&1 \

@@ -67,44 +67,7 @@ for name in target-nople target-full target-moe; do
     copy=$work/$name
     mkdir -p "$copy"
     cp "$fixtures/$name"/{config.json,generation_config.json,model.safetensors} "$copy/"
-    "$py" - "$copy" <<'EOF'
-import json
-import sys
-from pathlib import Path
-
-d = Path(sys.argv[1])
-config = json.loads((d / "config.json").read_text())
-n = config["vocab_size"]
-special = ["<pad>", "<eos>", "<bos>", "<unk>"]
-if n > len(special) + 256:
-    sys.exit(f"{d}: vocab_size {n} is larger than this stub tokenizer can fill")
-vocab = {t: i for i, t in enumerate(special)}
-for b in range(n - len(special)):
-    vocab[f"<0x{b:02X}>"] = len(vocab)
-tokenizer = {
-    "version": "1.0",
-    "truncation": None,
-    "padding": None,
-    "added_tokens": [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-        for i, t in enumerate(special)
-    ],
-    "normalizer": None,
-    "pre_tokenizer": None,
-    "post_processor": None,
-    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
-    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
-              "ignore_merges": False, "vocab": vocab, "merges": []},
-}
-(d / "tokenizer.json").write_text(json.dumps(tokenizer))
-(d / "tokenizer_config.json").write_text(json.dumps({
-    "tokenizer_class": "PreTrainedTokenizerFast",
-    "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
-    "add_bos_token": True, "add_eos_token": False,
-}))
-EOF
+    "$py" "$root/tools/gguf_stub_tokenizer.py" "$copy"
     log "converting $name"
     PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype f32 \
         --outfile "$out/$name-f32.gguf" >"$work/$name.log" 2>&1 \
