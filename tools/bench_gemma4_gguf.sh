@@ -46,7 +46,8 @@ gen=${GEN:-64}
 reps=${REPS:-5}
 venv=${SPECD_GGUF_VENV:-$HOME/.cache/specd/venv-gguf}
 py=$venv/bin/python
-tree=${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}/src/llama_cpp_python-0.3.36/vendor/llama.cpp
+source "$root/tools/llamacpp_source.sh"
+tree=$(llamacpp_tree "${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}/src")
 mkdir -p "$out"
 
 # 1. the checkpoint
@@ -76,7 +77,6 @@ fi
 for t in $types; do
     gguf=$out/gemma4-medium-$t.gguf
     [ -f "$gguf" ] && continue
-    [ -f "$tree/convert_hf_to_gguf.py" ] || "$root/tools/gemma4_gguf_fixtures.sh" "$(mktemp -d)"
     work=$(mktemp -d)
     copy=$work/gemma4-medium
     mkdir -p "$copy"

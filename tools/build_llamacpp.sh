@@ -19,7 +19,7 @@
 # (Debian: apt-get install cmake g++).
 set -euo pipefail
 
-readonly VERSION=0.3.36
+source "$(dirname "$0")/llamacpp_source.sh"
 readonly COMMIT=0c1e57098
 # llama-lookup is llama.cpp's prompt-lookup decoding (examples/lookup): n-gram drafts from the
 # prompt and the text so far, no draft model.
@@ -30,7 +30,7 @@ log() { echo "build_llamacpp: $*" >&2; }
 
 dir=${1:-${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}}
 src=$dir/src
-tree=$src/llama_cpp_python-$VERSION/vendor/llama.cpp
+tree=$src/llama_cpp_python-$LLAMACPP_PYTHON_VERSION/vendor/llama.cpp
 bin=$tree/build/bin
 
 all_built() {
@@ -73,19 +73,7 @@ for tool in cmake python3 c++; do
     command -v "$tool" >/dev/null || { log "error: $tool not found"; exit 1; }
 done
 
-mkdir -p "$src"
-sdist=$src/llama_cpp_python-$VERSION.tar.gz
-if [ ! -f "$sdist" ]; then
-    # Only llama-cpp-python itself comes as source; its build backend comes as wheels, which
-    # pip needs just to read the sdist's metadata (nothing is compiled here).
-    log "downloading llama-cpp-python $VERSION (sdist)"
-    python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-        -d "$src" "llama-cpp-python==$VERSION"
-fi
-if [ ! -f "$tree/CMakeLists.txt" ]; then
-    log "unpacking $sdist"
-    tar xzf "$sdist" -C "$src"
-fi
+llamacpp_tree "$src" >/dev/null
 
 # GCC gives explicit -mno-* flags precedence over -march=native, whatever their order.
 readonly NOAMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"

@@ -23,7 +23,7 @@
 # tokenizer; the tests feed token ids.
 set -euo pipefail
 
-readonly VERSION=0.3.36
+source "$(dirname "$0")/llamacpp_source.sh"
 readonly TORCH=2.15.0
 readonly TRANSFORMERS=5.23.0
 
@@ -33,20 +33,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/crates/models/tests/fixtures/gemma4-gguf}
 fixtures=$root/crates/models/tests/fixtures/gemma4
 src=${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}/src
-tree=$src/llama_cpp_python-$VERSION/vendor/llama.cpp
 venv=${SPECD_GGUF_VENV:-$HOME/.cache/specd/venv-gguf}
 
-if [ ! -f "$tree/convert_hf_to_gguf.py" ]; then
-    mkdir -p "$src"
-    sdist=$src/llama_cpp_python-$VERSION.tar.gz
-    if [ ! -f "$sdist" ]; then
-        log "downloading llama-cpp-python $VERSION (sdist)"
-        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-            -d "$src" "llama-cpp-python==$VERSION"
-    fi
-    log "unpacking $sdist"
-    tar xzf "$sdist" -C "$src"
-fi
+tree=$(llamacpp_tree "$src")
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py=$venv/bin/python
