@@ -3,7 +3,10 @@
 
 Sends each prompt to each router URL given (plain decoding is the first router with
 speculation switched off per request) and reports decode tokens/s from the router's own
-stats: (completion tokens - 1) / (total time - time to first token). Standard library only.
+stats: (completion tokens - 1) / (total time - time to first token), each speculative
+router against the second one (sequential), and each router's pre-draft hit rate (hits
+over rounds that asked for a pre-draft) and branch hit rate (hits from rejection branches,
+over the same). Standard library only.
 
 usage: bench_overlap.py --router NAME=URL [--router NAME=URL ...] --prompts FILE
        [--max-tokens N] [--block-size N] [--runs N] [--json OUT]
@@ -76,12 +79,14 @@ def main():
                 seconds = (s["total_time_ms"] - s["time_to_first_token_ms"]) / 1e3
                 row = results.setdefault((kind, name), {"tokens": 0, "seconds": 0.0,
                                                          "hits": 0, "misses": 0,
+                                                         "branch_hits": 0,
                                                          "rounds": 0, "accepted": 0,
                                                          "drafted": 0})
                 row["tokens"] += tokens - 1
                 row["seconds"] += seconds
                 row["hits"] += s.get("predraft_hits", 0)
                 row["misses"] += s.get("predraft_misses", 0)
+                row["branch_hits"] += s.get("predraft_branch_hits", 0)
                 row["rounds"] += s["rounds"]
                 row["accepted"] += s["accepted"]
                 row["drafted"] += s["drafted"]
@@ -92,15 +97,18 @@ def main():
     names = [name for name, _, _ in modes]
     print(f"decode tok/s, {args.max_tokens} tokens, block size {args.block_size}, greedy; "
           f"outputs identical across modes: {same}")
-    # The first speculative router against the second (overlapped against sequential).
-    pair = names[1:3] if len(names) >= 3 else []
+    # Every other speculative router against the second (sequential).
+    base = names[2] if len(names) >= 3 else None
+    others = [n for n in names[1:] if base and n != base]
     llama = [args.llama_tps] if args.llama_tps else []
-    print("| kind | " + " | ".join(names) + " | " +
-          " | ".join(f"{n} ÷ plain" for n in names[1:]) +
-          "".join(f" | {pair[0]} ÷ {pair[1]}" for _ in pair[:1]) +
-          "".join(f" | {n} ÷ llama.cpp plain" for _ in llama for n in names) +
-          " | pre-draft hit rate |")
-    print("|---" * (2 * len(names) + 1 + len(pair[:1]) + len(llama) * len(names)) + "|")
+    overlapped = [n for n in names[1:] if n != base]
+    header = (names + [f"{n} ÷ plain" for n in names[1:]] +
+              [f"{n} ÷ {base}" for n in others] +
+              [f"{n} ÷ llama.cpp plain" for _ in llama for n in names] +
+              [f"{n} hit rate" for n in overlapped] +
+              [f"{n} branch hit rate" for n in overlapped])
+    print("| kind | " + " | ".join(header) + " |")
+    print("|---" * (len(header) + 1) + "|")
     report = []
     for kind in kinds + ["all"]:
         rows = {}
@@ -109,15 +117,18 @@ def main():
             agg = {f: sum(results[key][f] for key in keys) for f in results[keys[0]]}
             rows[name] = agg
         tps = {n: rows[n]["tokens"] / rows[n]["seconds"] for n in names}
-        hit = [(rows[n]["hits"], rows[n]["misses"]) for n in names]
-        hits = sum(h for h, _ in hit)
-        asked = sum(h + m for h, m in hit)
-        rate = f"{hits / asked:.2f}" if asked else "–"
-        versus = "".join(f" | {tps[pair[0]] / tps[pair[1]]:.2f}" for _ in pair[:1])
-        versus += "".join(f" | {tps[n] / l:.2f}" for l in llama for n in names)
-        print(f"| {kind} | " + " | ".join(f"{tps[n]:.2f}" for n in names) + " | " +
-              " | ".join(f"{tps[n] / tps['plain']:.2f}" for n in names[1:]) + versus +
-              f" | {rate} |")
+
+        def rate(n, field):
+            asked = rows[n]["hits"] + rows[n]["misses"]
+            return f"{rows[n][field] / asked:.2f}" if asked else "–"
+
+        cells = ([f"{tps[n]:.2f}" for n in names] +
+                 [f"{tps[n] / tps['plain']:.2f}" for n in names[1:]] +
+                 [f"{tps[n] / tps[base]:.2f}" for n in others] +
+                 [f"{tps[n] / l:.2f}" for l in llama for n in names] +
+                 [rate(n, "hits") for n in overlapped] +
+                 [rate(n, "branch_hits") for n in overlapped])
+        print(f"| {kind} | " + " | ".join(cells) + " |")
         report.append({"kind": kind, "tok_s": tps, "rows": rows})
     if args.json:
         with open(args.json, "w") as f:

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Overlapped drafting across services on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair:
 # the verifier pinned to one core with one thread, the drafter pinned to another core with one
-# thread, and two routers over them, one with --overlap on (the drafter pre-drafts the next
-# round while the verifier verifies) and one with --overlap off (sequential rounds). Plain
+# thread, and three routers over them: --overlap on (the drafter pre-drafts the next round
+# while the verifier verifies, assuming every draft is accepted), the same with
+# --predraft-branches (it also pre-drafts the likeliest rejections, batched in the same
+# forwards) and --overlap off (sequential rounds). Plain
 # decoding runs on the verifier's core alone (speculation switched off per request). Every
 # prompt of the built-in code, prose and edit set goes through each mode over the routers'
 # OpenAI-compatible HTTP API; decode tokens/s per verifier core come from the router's own
-# stats, with the pre-draft hit rate, and every mode's output must be the same text.
+# stats, with the pre-draft hit rates, and every mode's output must be the same text.
 # Both processes share one memory bus here, so the figures understate separate machines.
 # Beside them, llama.cpp's plain decoding on the verifier's core with one thread (llama-bench
 # tg, median of 3, from an empty context), the peer every speed figure is also given against.
 #
 # Usage: tools/bench_overlap.sh [OUT_DIR]
 # Environment: MAX_TOKENS (default 96), BLOCK_SIZES (default 3,4,0; 0: the adaptive policy),
+#   BRANCHES (the branched router's --predraft-branches, default 1),
 #   VERIFIER_CORE (default 0), DRAFTER_CORE (default 1), KINDS (default all), SPECD_MODEL_DIR,
 #   CARGO_TARGET_DIR. Needs taskset and python3 (standard library only).
 set -euo pipefail
@@ -21,6 +24,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
 max_tokens=${MAX_TOKENS:-96}
 block_sizes=${BLOCK_SIZES:-3,4,0}
+branches=${BRANCHES:-1}
 verifier_core=${VERIFIER_CORE:-0}
 drafter_core=${DRAFTER_CORE:-1}
 out=${1:-$repo/target/bench_overlap/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -65,10 +69,13 @@ start verifier "$verifier_core" --threads 1 verifier --target "$target"
 verifier=$addr
 start drafter "$drafter_core" --threads 1 drafter --drafter "$drafter" --target "$target"
 drafter_addr=$addr
-for overlap in on off; do
-    start "router-$overlap" "" router --verifier "http://$verifier" \
+for mode in on:0 branched:$branches off:0; do
+    name=${mode%%:*}
+    overlap=on
+    if [ "$name" = off ]; then overlap=off; fi
+    start "router-$name" "" router --verifier "http://$verifier" \
         --drafters "http://$drafter_addr" --target "$target" --overlap "$overlap" \
-        --http-listen 127.0.0.1:0
+        --predraft-branches "${mode#*:}" --http-listen 127.0.0.1:0
 done
 
 "$specd_bench" --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
@@ -89,6 +96,7 @@ for block in ${block_sizes//,/ }; do
     python3 "$repo/tools/bench_overlap.py" --llama-tps "$llama_tps" \
         --router "overlapped=http://$(http_of router-on)" \
         --router "sequential=http://$(http_of router-off)" \
+        --router "branched=http://$(http_of router-branched)" \
         --prompts "$out/prompts.tsv" --max-tokens "$max_tokens" --block-size "$block" \
         --json "$out/block$block.json" | tee -a "$out/report.md"
     echo | tee -a "$out/report.md"

@@ -25,6 +25,14 @@ pub struct SeqBlock<'a, C> {
     pub tokens: &'a [u32],
 }
 
+/// A hidden state's greedy token and its runner-up (none when only one id is allowed),
+/// each with its logit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopTwo {
+    pub best: (u32, f32),
+    pub runner_up: Option<(u32, f32)>,
+}
+
 /// A causal LM with per-sequence caches that can be rolled back.
 pub trait CausalLm: Send + Sync + 'static {
     type Cache: Send + 'static;
@@ -72,8 +80,34 @@ pub trait CausalLm: Send + Sync + 'static {
             .map(|row| greedy_token(&row[..below.min(row.len())]))
             .collect())
     }
+    /// [`Self::argmax_below`] (the same tokens) and each row's runner-up among the same
+    /// ids, with their logits.
+    fn top_two_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<TopTwo>> {
+        let logits = self
+            .logits(hidden)?
+            .to_dtype(candle_core::DType::F32)?
+            .to_vec2::<f32>()?;
+        let below = below.clamp(1, self.vocab_size());
+        Ok(logits
+            .iter()
+            .map(|row| top_two(&row[..below.min(row.len())]))
+            .collect())
+    }
     /// Keeps the first `len` positions of the cache.
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<()>;
+    /// Makes `target` hold the first `len` positions of `source`, given that its first
+    /// `shared` positions already equal `source`'s: a branch of a sequence at the cost of
+    /// the positions it does not share. `Ok(false)` where the family's caches cannot be
+    /// copied (nothing is changed then).
+    fn copy_prefix(
+        &self,
+        _source: &Self::Cache,
+        _target: &mut Self::Cache,
+        _shared: usize,
+        _len: usize,
+    ) -> Result<bool> {
+        Ok(false)
+    }
     /// K/V of positions `from..to` for a drafter, where the family exports it.
     fn shared_kv(
         &self,
@@ -82,6 +116,31 @@ pub trait CausalLm: Send + Sync + 'static {
         _to: usize,
     ) -> Result<Option<SharedKv>> {
         Ok(None)
+    }
+}
+
+/// [`greedy_token`] and the runner-up by the same order.
+fn top_two(logits: &[f32]) -> TopTwo {
+    top_two_with(greedy_token(logits), logits)
+}
+
+/// A row's greedy token `best` (found by whatever order the caller's argmax keeps) and the
+/// largest other logit; NaN never wins.
+pub(crate) fn top_two_with(best: u32, logits: &[f32]) -> TopTwo {
+    let runner_up = logits
+        .iter()
+        .enumerate()
+        .filter(|&(i, x)| i != best as usize && !x.is_nan())
+        .fold(None, |b: Option<(usize, f32)>, (i, &x)| {
+            if b.is_none_or(|(_, v)| x > v) {
+                Some((i, x))
+            } else {
+                b
+            }
+        });
+    TopTwo {
+        best: (best, logits.get(best as usize).copied().unwrap_or(f32::NAN)),
+        runner_up: runner_up.map(|(i, x)| (i as u32, x)),
     }
 }
 

@@ -13,6 +13,6 @@ pub mod linear;
 pub mod qwen2;
 pub mod source;
 
-pub use causal_lm::{CausalLm, OutputRows, SeqBlock};
+pub use causal_lm::{CausalLm, OutputRows, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};
 pub use source::ModelSource;

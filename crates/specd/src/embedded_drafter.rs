@@ -88,6 +88,7 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
                 position: held - 1,
                 count: request.count,
                 output_index_base: request.output_index_base,
+                branches: 0,
             },
         )
     }

@@ -84,8 +84,12 @@ pub fn fallback(cause: &'static str) {
 }
 
 /// A round that asked for the drafter's pre-draft found it usable (`hit`) or not.
-pub fn predraft(hit: bool) {
-    let outcome = if hit { "hit" } else { "miss" };
+pub fn predraft(hit: bool, branch: bool) {
+    let outcome = match (hit, branch) {
+        (true, true) => "branch_hit",
+        (true, false) => "hit",
+        (false, _) => "miss",
+    };
     metrics::counter!(names::PREDRAFTS, "outcome" => outcome).increment(1);
 }
 

@@ -99,6 +99,9 @@ pub struct DraftStep {
     pub count: usize,
     /// Output index of the first draft.
     pub output_index_base: u64,
+    /// Rejection branches the pre-draft after this draft prepares besides the
+    /// all-accepted one (0: none; engines that do not branch ignore it).
+    pub branches: usize,
 }
 
 /// An engine failed; the server maps the kind to a status code.
@@ -164,9 +167,11 @@ pub trait DraftEngine: Send + Sync + 'static {
 
     /// Pre-drafts the next round one more token while the target verifies this one,
     /// assuming every draft is accepted and the target's next token is the drafter's own: up
-    /// to `count + 1` tokens (that token and `count` drafts after it). `Ok(false)` once there
-    /// is nothing more to do, or when the engine does not pre-draft (an MTP drafter needs
-    /// the verify's hidden state).
+    /// to `count + 1` tokens (that token and `count` drafts after it). With
+    /// [`DraftStep::branches`], the same step also pre-drafts that many likely rejections
+    /// (the drafts up to a point accepted, then the drafter's runner-up there), in the same
+    /// forward. `Ok(false)` once there is nothing more to do, or when the engine does not
+    /// pre-draft (an MTP drafter needs the verify's hidden state).
     fn predraft_step(
         &self,
         _session: &mut Self::Session,
@@ -178,6 +183,12 @@ pub trait DraftEngine: Send + Sync + 'static {
     /// Whether the last [`DraftEngine::draft`] started from the pre-draft (the target's next
     /// token was the one the drafter pre-drafted after).
     fn predraft_hit(&self, _session: &Self::Session) -> bool {
+        false
+    }
+
+    /// Whether that pre-draft was a rejection branch (the target rejected a draft and
+    /// emitted the token the branch assumed).
+    fn predraft_branch_hit(&self, _session: &Self::Session) -> bool {
         false
     }
 }

@@ -29,6 +29,9 @@ pub struct RouterConfig {
     pub max_batch_tokens: usize,
     /// Draft-model drafters pre-draft the next round while the verifier verifies this one.
     pub overlap: bool,
+    /// With `overlap`: likely rejections a drafter pre-drafts besides the all-accepted
+    /// round (each holds a copy of the session's K/V on the drafter).
+    pub predraft_branches: u32,
     /// What one request may ask.
     pub requests: RequestLimits,
     /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
@@ -52,6 +55,7 @@ impl Default for RouterConfig {
             max_concurrent_requests: 64,
             max_batch_tokens: 32,
             overlap: true,
+            predraft_branches: 1,
             requests: RequestLimits::default(),
             max_snapshot_bytes: 1 << 30,
             api_keys: None,

@@ -28,7 +28,7 @@ use crate::client_telemetry;
 use crate::deadline::with_deadline;
 use crate::drafters::{DrafterPool, Lease};
 use crate::error::RemoteError;
-use crate::predraft::PredraftCounts;
+use crate::predraft::Predrafting;
 use crate::remote_verifier::RemoteSequence;
 use crate::sampling::sampling_to_wire;
 use crate::session_resume::SessionResume;
@@ -67,8 +67,9 @@ pub struct RemoteSession<'a> {
     deadline: Option<Instant>,
     /// Sessions re-opened on another drafter, reported in the request's stats.
     resyncs: Arc<AtomicU32>,
-    /// Pre-drafting (overlap) on, and the request's count of its hits and misses.
-    predraft: Option<Arc<PredraftCounts>>,
+    /// Pre-drafting (overlap) on: the branches asked for, and the request's count of its
+    /// hits and misses.
+    predraft: Option<Predrafting>,
     state: Mutex<SessionState>,
     opening: Arc<Mutex<Opening>>,
 }
@@ -89,7 +90,7 @@ impl<'a> RemoteSession<'a> {
         verifier: &'a RemoteSequence,
         deadline: Option<Instant>,
         resyncs: Arc<AtomicU32>,
-        predraft: Option<Arc<PredraftCounts>>,
+        predraft: Option<Predrafting>,
     ) -> Self {
         let kind = lease.info().kind;
         let resume = SessionResume::of(kind);
@@ -205,13 +206,13 @@ impl<'a> RemoteSession<'a> {
         }
     }
 
-    /// One Draft call on the open session: the drafts, and whether they came from the
-    /// drafter's pre-draft.
+    /// One Draft call on the open session: the drafts, whether they came from the
+    /// drafter's pre-draft, and whether from one of its rejection branches.
     async fn draft_on(
         &self,
         lease: &Lease,
         wire: WireDraft,
-    ) -> Result<(Vec<u32>, bool), CallFailure> {
+    ) -> Result<(Vec<u32>, bool, bool), CallFailure> {
         let span = client_telemetry::draft_span(&wire);
         let started = Instant::now();
         let request_bytes = prost::Message::encoded_len(&wire);
@@ -230,7 +231,11 @@ impl<'a> RemoteSession<'a> {
                     drafts.len(),
                     started,
                 );
-                Ok((drafts, response.predraft_hit))
+                Ok((
+                    drafts,
+                    response.predraft_hit,
+                    response.predraft_hit && response.predraft_branch_hit,
+                ))
             }
             Err(status) => Err(self.failure(status)),
         }
@@ -284,7 +289,7 @@ impl<'a> RemoteSession<'a> {
             };
             let predrafting = first.predraft;
             match self.draft_on(&lease, first).await {
-                Ok((drafts, _)) => {
+                Ok((drafts, ..)) => {
                     self.claim(&session_id);
                     info!(url = lease.url(), %session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
@@ -431,11 +436,15 @@ impl Drafter for RemoteSession<'_> {
                 .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
             carry: Some(carry),
             predraft: self.predraft.is_some(),
+            predraft_branches: self.predraft.as_ref().map_or(0, |p| {
+                p.branches
+                    .min(u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX))
+            }),
         };
         match self.draft_on(&lease, wire.clone()).await {
-            Ok((drafts, hit)) => {
-                if let (Some(counts), true) = (&self.predraft, state.predrafting) {
-                    counts.record(hit);
+            Ok((drafts, hit, branch_hit)) => {
+                if let (Some(predraft), true) = (&self.predraft, state.predrafting) {
+                    predraft.counts.record(hit, branch_hit);
                 }
                 let mut live = self.state();
                 live.rounds = wire_round;

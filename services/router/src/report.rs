@@ -92,6 +92,7 @@ impl RequestFacts {
             verifier_migrations: self.migrations.load(Ordering::Relaxed),
             predraft_hits: self.predraft.hits(),
             predraft_misses: self.predraft.misses(),
+            predraft_branch_hits: self.predraft.branch_hits(),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

@@ -16,7 +16,7 @@ use crate::carry::WireCarry;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
-use crate::predraft::PredraftCounts;
+use crate::predraft::{PredraftCounts, Predrafting};
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
 use crate::validate::{BlockChoice, Plan};
@@ -161,7 +161,10 @@ impl RouterState {
                             &verifier,
                             scope.deadline,
                             scope.resyncs.clone(),
-                            self.config.overlap.then(|| scope.predraft.clone()),
+                            self.config.overlap.then(|| Predrafting {
+                                counts: scope.predraft.clone(),
+                                branches: self.config.predraft_branches,
+                            }),
                         );
                         match &self.drafters {
                             Drafters::Hybrid { lookup, .. } => {

@@ -53,6 +53,37 @@ impl KvBuffers {
         self.capacity = capacity;
     }
 
+    /// Copies positions `from..to` of every layer from `source` (the same dimensions; its
+    /// capacity may differ). The first K tile is copied whole: its lanes before `from` are
+    /// the ones this buffer shares with `source`.
+    pub fn copy_positions(&mut self, source: &KvBuffers, from: usize, to: usize) {
+        assert_eq!(
+            (self.kv_heads, self.head_dim),
+            (source.kv_heads, source.head_dim)
+        );
+        assert_eq!(self.layers.len(), source.layers.len());
+        assert!(to <= self.capacity && to <= source.capacity && from <= to);
+        if from == to {
+            return;
+        }
+        let dim = self.head_dim;
+        let (tiles, dst_cap, src_cap) = (
+            from / KEY_TILE..to.div_ceil(KEY_TILE),
+            self.capacity,
+            source.capacity,
+        );
+        for ((k, v), (sk, sv)) in self.layers.iter_mut().zip(&source.layers) {
+            for h in 0..self.kv_heads {
+                let (dst, src) = (h * dst_cap * dim, h * src_cap * dim);
+                let span = tiles.start * KEY_TILE * dim..tiles.end * KEY_TILE * dim;
+                k[dst + span.start..dst + span.end]
+                    .copy_from_slice(&sk[src + span.start..src + span.end]);
+                v[dst + from * dim..dst + to * dim]
+                    .copy_from_slice(&sv[src + from * dim..src + to * dim]);
+            }
+        }
+    }
+
     /// Writes one position's K and V (`[kv_heads * head_dim]` each) of one layer.
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (cap, dim) = (self.capacity, self.head_dim);

@@ -101,9 +101,11 @@ pub enum Output<'a> {
         bias: Option<&'a [f32]>,
     },
     /// The index and value of each row's largest output among the first `below` (the
-    /// lowest index among equals); only the tiles holding those outputs are read.
+    /// lowest index among equals), and with `runner_up` its second largest (`u32::MAX`
+    /// when `below` is 1); only the tiles holding those outputs are read.
     Argmax {
         best: &'a mut [(u32, f32)],
+        runner_up: Option<&'a mut [(u32, f32)]>,
         below: usize,
     },
     /// The task's matrix is a gate projection and `up` the up projection of the same
@@ -128,8 +130,20 @@ struct SendPtr(*mut f32);
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// Per-worker argmax candidates, one slot per worker.
-struct ArgmaxSlots(Vec<UnsafeCell<Vec<(u32, f32)>>>);
+/// Per-worker argmax candidates (each row's best two), one slot per worker.
+struct ArgmaxSlots(Vec<UnsafeCell<Vec<TopTwo>>>);
+
+type TopTwo = [(u32, f32); 2];
+
+/// Offers `candidate` to a row's best two.
+fn offer(top: &mut TopTwo, candidate: (u32, f32)) {
+    if better(candidate, top[0]) {
+        top[1] = top[0];
+        top[0] = candidate;
+    } else if better(candidate, top[1]) {
+        top[1] = candidate;
+    }
+}
 // SAFETY: worker `w` only touches slot `w`.
 unsafe impl Sync for ArgmaxSlots {}
 
@@ -175,8 +189,13 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
                 assert!(out.len() >= t.input.rows() * t.matrix.out_features());
                 assert!(bias.is_none_or(|b| b.len() == t.matrix.out_features()));
             }
-            Output::Argmax { best, below } => {
+            Output::Argmax {
+                best,
+                runner_up,
+                below,
+            } => {
                 assert_eq!(best.len(), t.input.rows());
+                assert!(runner_up.as_ref().is_none_or(|r| r.len() == t.input.rows()));
                 assert!((1..=t.matrix.out_features()).contains(below));
             }
             Output::SwiGlu { up, out } => {
@@ -205,7 +224,7 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
                 None,
                 Some(ArgmaxSlots(
                     (0..threads)
-                        .map(|_| UnsafeCell::new(vec![NONE; t.input.rows()]))
+                        .map(|_| UnsafeCell::new(vec![[NONE; 2]; t.input.rows()]))
                         .collect(),
                 )),
                 None,
@@ -251,30 +270,41 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     });
     for (t, part) in tasks.iter_mut().zip(parts) {
         if let (
-            Output::Argmax { best, .. },
+            Output::Argmax {
+                best, runner_up, ..
+            },
             Some(Part {
                 argmax: Some(slots),
                 ..
             }),
         ) = (&mut t.output, part)
         {
-            for b in best.iter_mut() {
-                *b = NONE;
-            }
+            // The best two overall are among the workers' best two.
+            let mut merged = vec![[NONE; 2]; best.len()];
             for cell in &slots.0 {
                 // SAFETY: the region is over; no worker holds a slot.
                 let candidates = unsafe { &*cell.get() };
-                for (b, c) in best.iter_mut().zip(candidates) {
-                    if c.0 != u32::MAX && better(*c, *b) {
-                        *b = *c;
+                for (top, pair) in merged.iter_mut().zip(candidates) {
+                    for c in pair {
+                        if c.0 != u32::MAX {
+                            offer(top, *c);
+                        }
                     }
+                }
+            }
+            for (b, top) in best.iter_mut().zip(&merged) {
+                *b = top[0];
+            }
+            if let Some(runner_up) = runner_up {
+                for (r, top) in runner_up.iter_mut().zip(&merged) {
+                    *r = top[1];
                 }
             }
         }
     }
 }
 
-fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<(u32, f32)>>) {
+fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<TopTwo>>) {
     let (matrix, input, out, bias) = (part.matrix, part.input, part.out, part.bias);
     let kind = matrix.format().activation();
     let n_out = matrix.out_features();
@@ -331,9 +361,8 @@ fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<
             }
             if let Some(best) = argmax.as_deref_mut() {
                 for (c, v) in vals.iter().take(valid).enumerate() {
-                    let candidate = ((first_col + c) as u32, *v);
-                    if !v.is_nan() && better(candidate, best[r]) {
-                        best[r] = candidate;
+                    if !v.is_nan() {
+                        offer(&mut best[r], ((first_col + c) as u32, *v));
                     }
                 }
             }

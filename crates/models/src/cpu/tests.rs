@@ -197,6 +197,7 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
             input: &input,
             output: Output::Argmax {
                 best: &mut best,
+                runner_up: None,
                 below: out,
             },
         }],
@@ -204,6 +205,7 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
         Isa::active(),
     );
     let mut below = vec![(0u32, 0f32); rows];
+    let mut second = vec![(0u32, 0f32); rows];
     let limit = 137;
     matmul(
         &mut [Task {
@@ -211,6 +213,7 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
             input: &input,
             output: Output::Argmax {
                 best: &mut below,
+                runner_up: Some(&mut second),
                 below: limit,
             },
         }],
@@ -228,6 +231,21 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
             below[r],
             (idx as u32, val),
             "row {r}, outputs below {limit}"
+        );
+        let runner_up = row.iter().enumerate().filter(|&(i, _)| i != idx).fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, v)| {
+                if *v > b.1 {
+                    (i, *v)
+                } else {
+                    b
+                }
+            },
+        );
+        assert_eq!(
+            second[r],
+            (runner_up.0 as u32, runner_up.1),
+            "row {r}, runner-up below {limit}"
         );
     }
     for r in 0..rows {

@@ -88,6 +88,41 @@ impl KvCache {
         Ok(())
     }
 
+    /// Makes this cache hold the first `len` positions of `source`, whose first `shared`
+    /// positions it already holds. `Ok(false)` for caches on a candle device, which are not
+    /// copied.
+    pub(crate) fn copy_prefix(
+        &mut self,
+        source: &KvCache,
+        shared: usize,
+        len: usize,
+    ) -> Result<bool> {
+        let same_shape = (self.num_layers, self.kv_heads, self.head_dim)
+            == (source.num_layers, source.kv_heads, source.head_dim);
+        if !same_shape || len > source.len {
+            return Err(Qwen2Error::CacheMismatch {
+                row: 0,
+                message: format!(
+                    "copying {len} positions of a cache holding {} (of another shape: {})",
+                    source.len, !same_shape
+                ),
+            });
+        }
+        if !matches!(
+            (&self.store, &source.store),
+            (KvStore::Host(_), KvStore::Host(_))
+        ) {
+            return Ok(false);
+        }
+        let shared = shared.min(self.len).min(len);
+        self.reserve(len)?;
+        if let (KvStore::Host(target), KvStore::Host(from)) = (&mut self.store, &source.store) {
+            target.copy_positions(from, shared, len);
+        }
+        self.len = len;
+        Ok(true)
+    }
+
     /// Forgets every position; the buffers are kept for reuse.
     pub fn clear(&mut self) {
         self.len = 0;

@@ -14,7 +14,7 @@ use super::config::Qwen2Config;
 use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
 use super::gguf::GgufFile;
-use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
+use crate::causal_lm::{top_two_with, CausalLm, OutputRows, SeqBlock, TopTwo};
 use crate::cpu::Span;
 use crate::error::ModelError;
 
@@ -236,6 +236,29 @@ impl Qwen2Model {
         }
     }
 
+    /// [`Self::argmax_below`] (the same tokens) and each row's runner-up, with their
+    /// logits; on CPU from the same single pass over the head.
+    pub fn top_two_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<TopTwo>> {
+        self.check_hidden(hidden)?;
+        let below = below.clamp(1, self.config.vocab_size);
+        match &self.runner {
+            Runner::Engine(e) => Ok(e.top_two(&hidden_values(hidden)?, below)),
+            Runner::Candle(_) => {
+                let greedy = self.argmax_below(hidden, below)?;
+                let logits = self
+                    .logits(hidden)?
+                    .narrow(1, 0, below)?
+                    .to_dtype(DType::F32)?
+                    .to_vec2::<f32>()?;
+                Ok(greedy
+                    .into_iter()
+                    .zip(&logits)
+                    .map(|(best, row)| top_two_with(best, row))
+                    .collect())
+            }
+        }
+    }
+
     /// Where this model's caches live: host memory (`None`) or its candle device.
     fn cache_device(&self) -> Option<&Device> {
         match self.runner {
@@ -414,7 +437,25 @@ impl CausalLm for Qwen2Model {
         Ok(Qwen2Model::argmax_below(self, hidden, below)?)
     }
 
+    fn top_two_below(
+        &self,
+        hidden: &Tensor,
+        below: usize,
+    ) -> std::result::Result<Vec<TopTwo>, ModelError> {
+        Ok(Qwen2Model::top_two_below(self, hidden, below)?)
+    }
+
     fn truncate(&self, cache: &mut KvCache, len: usize) -> std::result::Result<(), ModelError> {
         Ok(cache.truncate(len)?)
+    }
+
+    fn copy_prefix(
+        &self,
+        source: &KvCache,
+        target: &mut KvCache,
+        shared: usize,
+        len: usize,
+    ) -> std::result::Result<bool, ModelError> {
+        Ok(target.copy_prefix(source, shared, len)?)
     }
 }

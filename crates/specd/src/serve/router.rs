@@ -92,6 +92,11 @@ pub struct RouterArgs {
     /// (`on`), or draft only when asked (`off`). Output is the same either way.
     #[arg(long, env = "SPECD_OVERLAP", value_enum, default_value_t = Switch::On)]
     pub overlap: Switch,
+    /// With overlap on: likely rejections a draft-model drafter also pre-drafts (the drafts
+    /// accepted up to a point, then its second choice there), batched with the
+    /// all-accepted pre-draft. Each holds a copy of the session's K/V on the drafter.
+    #[arg(long, env = "SPECD_PREDRAFT_BRANCHES", default_value_t = 1)]
+    pub predraft_branches: u32,
     /// Block size of the adaptive policy (a drafter's trained depth).
     #[arg(long, env = "SPECD_BLOCK_SIZE", default_value_t = 4)]
     pub block_size: usize,
@@ -259,6 +264,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         max_concurrent_requests: args.max_concurrent_requests,
         max_batch_tokens: args.max_batch_tokens,
         overlap: args.overlap == Switch::On,
+        predraft_branches: args.predraft_branches,
         requests: args.requests.limits()?,
         max_snapshot_bytes: args.max_snapshot_bytes,
         api_keys: match &args.api_keys_file {

@@ -25,6 +25,12 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
         )));
     }
     check_ids(&[request.bonus], info.vocab_size, "bonus")?;
+    if request.predraft_branches as usize > info.max_draft_tokens {
+        return Err(Status::invalid_argument(format!(
+            "predraft_branches: must be at most {}, got {}",
+            info.max_draft_tokens, request.predraft_branches
+        )));
+    }
     if request.round == 0 {
         return Err(Status::invalid_argument("round: rounds start at 1"));
     }
@@ -39,14 +45,22 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
     }
 }
 
-/// Runs one Draft on a session: the drafts, and whether they came from the pre-draft.
-/// Blocking; holds the session for the whole round.
+/// What one Draft answers.
+pub(crate) struct Drafted {
+    pub drafts: Vec<u32>,
+    /// The drafts came from the pre-draft of the previous round.
+    pub predraft_hit: bool,
+    /// ... from one of its rejection branches.
+    pub branch_hit: bool,
+}
+
+/// Runs one Draft on a session. Blocking; holds the session for the whole round.
 pub(crate) fn draft_round<E: DraftEngine>(
     engine: &E,
     info: &EngineInfo,
     entry: &SharedEntry<E::Session>,
     request: DraftRequest,
-) -> Result<(Vec<u32>, bool), Status> {
+) -> Result<Drafted, Status> {
     let mut entry = lock(entry);
     entry.last_used = Instant::now();
     let key = StepKey {
@@ -65,7 +79,11 @@ pub(crate) fn draft_round<E: DraftEngine>(
                     request.round
                 )));
             }
-            return Ok((drafts.clone(), false));
+            return Ok(Drafted {
+                drafts: drafts.clone(),
+                predraft_hit: false,
+                branch_hit: false,
+            });
         }
         // The carry of this round was applied but drafting failed: draft again.
     } else if request.round == next {
@@ -88,13 +106,25 @@ pub(crate) fn draft_round<E: DraftEngine>(
         position: request.position as usize,
         count: request.count as usize,
         output_index_base: u64::from(request.output_index_base),
+        branches: if request.predraft {
+            request.predraft_branches as usize
+        } else {
+            0
+        },
     };
     let SessionEntry { session, .. } = &mut *entry;
     let mut drafts = engine.draft(session, step).map_err(status_of)?;
-    let hit = engine.predraft_hit(session);
+    let (predraft_hit, branch_hit) = (
+        engine.predraft_hit(session),
+        engine.predraft_branch_hit(session),
+    );
     drafts.truncate(step.count);
     entry.answer = Some((key, drafts.clone()));
-    Ok((drafts, hit))
+    Ok(Drafted {
+        drafts,
+        predraft_hit,
+        branch_hit,
+    })
 }
 
 /// Pre-drafts the round after `round` one token at a time, taking the session for each

@@ -125,14 +125,20 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         record::wire_bytes("draft", Direction::Received, request.encoded_len());
         check_request(&request, &self.info)?;
         let (id, entry) = self.sessions.get(&request.session_id)?;
-        // The session's committed tokens, then the drafts of this round.
-        let tokens = request.position as usize + 1 + request.count as usize;
+        // The session's committed tokens, then the drafts of this round; a pre-draft's
+        // rejection branches each hold a copy.
+        let branches = if request.predraft {
+            request.predraft_branches as usize
+        } else {
+            0
+        };
+        let tokens = (request.position as usize + 1 + request.count as usize) * (1 + branches);
         self.sessions.hold(id, tokens, self.config.max_kv_tokens)?;
         let engine = self.engine.clone();
         let info = self.info.clone();
         let (round, count, predraft) = (request.round, request.count as usize, request.predraft);
         let drafting = entry.clone();
-        let (drafts, predraft_hit) =
+        let drafted =
             tokio::task::spawn_blocking(move || draft_round(&*engine, &info, &drafting, request))
                 .await
                 .map_err(join_failed)??;
@@ -146,8 +152,9 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
             });
         }
         let response = DraftResponse {
-            drafts,
-            predraft_hit,
+            drafts: drafted.drafts,
+            predraft_hit: drafted.predraft_hit,
+            predraft_branch_hit: drafted.branch_hit,
         };
         propagation::set_current_attribute("drafted", response.drafts.len() as i64);
         record::wire_bytes("draft", Direction::Sent, response.encoded_len());

@@ -17,6 +17,7 @@ fn token_draft(session_id: &str, round: u64, position: u32, committed: &[u32]) -
             committed: committed.to_vec(),
         })),
         predraft: false,
+        predraft_branches: 0,
     }
 }
 

@@ -98,6 +98,7 @@ fn token_draft(session_id: &str, position: u32, count: u32) -> DraftRequest {
         output_index_base: 3,
         carry: Some(draft_request::Carry::Tokens(TokenCarry::default())),
         predraft: false,
+        predraft_branches: 0,
     }
 }
 

@@ -80,6 +80,7 @@ fn draft_request(
             delta,
         })),
         predraft: false,
+        predraft_branches: 0,
     }
 }
 

@@ -18,8 +18,9 @@ fn engine(file: &TempGguf) -> DraftModelEngine {
     DraftModelEngine::new(model, "tiny".into(), 8)
 }
 
-/// The draft model's own greedy next token after `tokens` (a fresh cache, one block).
-fn next_after(engine: &DraftModelEngine, tokens: &[u32]) -> u32 {
+/// The draft model's own greedy next token and runner-up after `tokens` (a fresh cache,
+/// one block).
+fn top_two_after(engine: &DraftModelEngine, tokens: &[u32]) -> (u32, u32) {
     let model = engine.model();
     let mut cache = CausalLm::new_cache(model, 0).unwrap();
     let mut rows = [SeqBlock {
@@ -31,11 +32,50 @@ fn next_after(engine: &DraftModelEngine, tokens: &[u32]) -> u32 {
         .unwrap()
         .pop()
         .unwrap();
-    model.argmax_below(&last, engine.draft_vocab()).unwrap()[0]
+    let top = model.top_two_below(&last, engine.draft_vocab()).unwrap()[0];
+    assert_eq!(
+        top.best.0,
+        model.argmax_below(&last, engine.draft_vocab()).unwrap()[0]
+    );
+    (top.best.0, top.runner_up.unwrap().0)
 }
 
-#[test]
-fn pre_drafted_sessions_propose_what_plain_sessions_do() {
+/// What the target does with a round in [`run_rounds`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Outcome {
+    /// Every draft accepted, then the drafter's own next token (the pre-draft's guess).
+    AllAcceptedAsGuessed,
+    /// Every draft accepted, then another token.
+    AllAcceptedOtherwise,
+    /// Half the drafts accepted, then a token that is neither the draft nor the drafter's
+    /// runner-up there.
+    Rejected,
+    /// Half the drafts accepted, then the drafter's runner-up there (a branch's guess).
+    RejectedAsBranched,
+    /// No draft accepted, then the token the all-accepted pre-draft guessed (where it
+    /// differs from the first draft): a pre-draft made for another round must not be used.
+    RejectedWithTheGuess,
+}
+
+const OUTCOMES: [Outcome; 5] = [
+    Outcome::AllAcceptedAsGuessed,
+    Outcome::RejectedAsBranched,
+    Outcome::AllAcceptedOtherwise,
+    Outcome::RejectedWithTheGuess,
+    Outcome::Rejected,
+];
+
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    hits: usize,
+    branch_hits: usize,
+}
+
+/// Runs `rounds` rounds on a session that pre-drafts with `branches` rejection branches,
+/// beside a session that never pre-drafts: both must propose the same drafts every round.
+/// Returns the hits the pre-drafting session reported, after checking each against what
+/// the round's outcome implies where that is certain.
+fn run_rounds(branches: usize, rounds: usize) -> Tally {
     let file = TempGguf::tiny("predraft", &TinySpec::default());
     let (plain, pre) = (engine(&file), engine(&file));
     let context = vec![1u32, 2, 3, 4, 5];
@@ -50,38 +90,69 @@ fn pre_drafted_sessions_propose_what_plain_sessions_do() {
     let mut history = context.clone();
     let mut bonus = 9u32;
     history.push(bonus);
-    let (mut hits, mut expected_hits) = (0, 0);
-    let mut expect_hit = false;
-    for round in 0..18usize {
+    let mut tally = Tally::default();
+    // The hit the last round's outcome implies: None where it is not certain.
+    let mut expect: Option<(bool, bool)> = Some((false, false));
+    for round in 0..rounds {
         let count = [3, 3, 2, 4, 1, 3][round % 6];
-        let step = DraftStep {
+        let step = |branches| DraftStep {
             bonus,
             position: history.len() - 2,
             count,
             output_index_base: 0,
+            branches,
         };
-        let drafts = plain.draft(&mut a, step).unwrap();
-        assert_eq!(pre.draft(&mut b, step).unwrap(), drafts, "round {round}");
-        assert_eq!(pre.predraft_hit(&b), expect_hit, "round {round}");
-        hits += usize::from(pre.predraft_hit(&b));
+        let drafts = plain.draft(&mut a, step(0)).unwrap();
+        assert_eq!(
+            pre.draft(&mut b, step(branches)).unwrap(),
+            drafts,
+            "round {round}"
+        );
+        let hit = (pre.predraft_hit(&b), pre.predraft_branch_hit(&b));
+        if let Some(expected) = expect {
+            assert_eq!(hit, expected, "round {round}");
+        }
+        tally.hits += usize::from(hit.0);
+        tally.branch_hits += usize::from(hit.1);
         // While the round is verified: the whole pre-draft, or only part of it.
         let next_count = [3, 3, 2, 4, 1, 3][(round + 1) % 6];
         let steps = if round % 4 == 3 { 1 } else { next_count + 1 };
         for _ in 0..steps {
             pre.predraft_step(&mut b, next_count).unwrap();
         }
-        // The target: all accepted and its own next token (the drafter's guess), all
-        // accepted and another token, or a rejection.
         let mut with_drafts = history.clone();
         with_drafts.extend_from_slice(&drafts);
-        let guess = next_after(&pre, &with_drafts);
-        let (accepted, next) = match round % 3 {
-            0 => (count, guess),
-            1 => (count, (guess + 1) % vocab),
-            _ => (count / 2, (drafts[count / 2] + 1) % vocab),
+        let (guess, _) = top_two_after(&pre, &with_drafts);
+        let at = count / 2;
+        let mut before = history.clone();
+        before.extend_from_slice(&drafts[..at]);
+        let (_, runner_up) = top_two_after(&pre, &before);
+        let outcome = OUTCOMES[round % OUTCOMES.len()];
+        let (accepted, next) = match outcome {
+            Outcome::AllAcceptedAsGuessed => (count, guess),
+            Outcome::AllAcceptedOtherwise => (count, (guess + 1) % vocab),
+            Outcome::Rejected => {
+                let mut next = (drafts[at] + 1) % vocab;
+                while next == runner_up || next == drafts[at] {
+                    next = (next + 1) % vocab;
+                }
+                (at, next)
+            }
+            Outcome::RejectedAsBranched => (at, runner_up),
+            Outcome::RejectedWithTheGuess if guess != drafts[0] => (0, guess),
+            Outcome::RejectedWithTheGuess => (0, (drafts[0] + 1) % vocab),
         };
-        expect_hit = round % 3 == 0;
-        expected_hits += usize::from(expect_hit);
+        // Branches are certain to exist for every rejection point when there are at least
+        // as many as drafts.
+        let every_point = branches >= count;
+        expect = match outcome {
+            Outcome::AllAcceptedAsGuessed => Some((true, false)),
+            Outcome::AllAcceptedOtherwise | Outcome::Rejected => Some((false, false)),
+            Outcome::RejectedAsBranched if every_point => Some((true, true)),
+            Outcome::RejectedAsBranched if branches == 0 => Some((false, false)),
+            Outcome::RejectedWithTheGuess if branches == 0 => Some((false, false)),
+            _ => None,
+        };
         let mut committed = vec![bonus];
         committed.extend_from_slice(&drafts[..accepted]);
         plain
@@ -92,6 +163,23 @@ fn pre_drafted_sessions_propose_what_plain_sessions_do() {
         history.push(next);
         bonus = next;
     }
-    assert_eq!(hits + usize::from(expect_hit), expected_hits);
-    assert!(hits >= 5, "{hits} hits");
+    tally
+}
+
+#[test]
+fn pre_drafted_sessions_propose_what_plain_sessions_do() {
+    let tally = run_rounds(0, 30);
+    assert!(tally.hits >= 5, "{tally:?}");
+    assert_eq!(tally.branch_hits, 0);
+}
+
+#[test]
+fn branched_pre_drafts_start_rounds_after_rejections_and_change_no_draft() {
+    // Every rejection point branched: each rejection with the runner-up is a branch hit.
+    let every = run_rounds(8, 30);
+    assert!(every.branch_hits >= 5, "{every:?}");
+    assert!(every.hits >= every.branch_hits + 5, "{every:?}");
+    // One branch, at the likeliest point: the drafts are still the plain ones.
+    let one = run_rounds(1, 30);
+    assert!(one.hits >= 5, "{one:?}");
 }

@@ -170,6 +170,7 @@ pub fn mtp_draft(
             delta,
         })),
         predraft: false,
+        predraft_branches: 0,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Overlapped drafting end to end: a draft-model drafter service (a tiny random Qwen2 GGUF
 //! sharing the fixture's 256-token vocabulary) pre-drafts while the verifier verifies. The
-//! output is the same with overlap on and off, and the stats count the pre-drafts.
+//! output is the same with overlap on and off, with and without rejection branches, and
+//! the stats count the pre-drafts.
 
 use candle_core::Device;
 use specd_drafter::DraftModelEngine;
@@ -18,16 +19,22 @@ async fn overlap_changes_the_stats_and_nothing_else() {
     let drafter = start_drafter(DraftModelEngine::new(model, "tiny".into(), 8)).await;
     let verifier = start_verifier(64).await;
     let target = fixture("target-full");
-    let router = |overlap| {
+    let router = |overlap, predraft_branches| {
         let config = RouterConfig {
             overlap,
+            predraft_branches,
             ..RouterConfig::default()
         };
         let source = DraftSource::Remote(vec![drafter.url()]);
         start_router_with(&verifier, source, &target, config)
     };
-    let (on, off) = (router(true).await, router(false).await);
+    let (on, branched, off) = (
+        router(true, 0).await,
+        router(true, 8).await,
+        router(false, 8).await,
+    );
     let mut on = GenerationClient::new(on.channel().await);
+    let mut branched = GenerationClient::new(branched.channel().await);
     let mut off = GenerationClient::new(off.channel().await);
     for (temperature, seed) in [(0.0, 0), (0.9, 3)] {
         let request = |block| {
@@ -39,16 +46,28 @@ async fn overlap_changes_the_stats_and_nothing_else() {
         };
         let plain = generate(&mut on, request(None)).await.unwrap();
         let overlapped = generate(&mut on, request(Some(4))).await.unwrap();
+        let with_branches = generate(&mut branched, request(Some(4))).await.unwrap();
         let sequential = generate(&mut off, request(Some(4))).await.unwrap();
         assert_eq!(overlapped.token_ids, plain.token_ids, "t {temperature}");
+        assert_eq!(with_branches.token_ids, plain.token_ids, "t {temperature}");
         assert_eq!(sequential.token_ids, plain.token_ids, "t {temperature}");
         let (with, without) = (overlapped.stats.unwrap(), sequential.stats.unwrap());
+        let branching = with_branches.stats.unwrap();
         // The same drafts either way, so the same rounds and acceptance.
-        assert_eq!(with.rounds, without.rounds);
-        assert_eq!(with.accepted, without.accepted);
+        for stats in [&with, &branching] {
+            assert_eq!(stats.rounds, without.rounds);
+            assert_eq!(stats.accepted, without.accepted);
+            // Every drafting round after the first asked for the previous round's pre-draft.
+            assert!(stats.predraft_hits + stats.predraft_misses > 0, "{stats:?}");
+        }
         assert!(with.drafted > 0);
-        // Every drafting round after the first asked for the previous round's pre-draft.
-        assert!(with.predraft_hits + with.predraft_misses > 0, "{with:?}");
+        assert_eq!(with.predraft_branch_hits, 0);
+        // Branch hits are counted among the hits. (How many rounds hit depends on how far
+        // each pre-draft got before the next Draft, which is timing.)
+        assert!(
+            branching.predraft_branch_hits <= branching.predraft_hits,
+            "{branching:?}"
+        );
         assert_eq!(without.predraft_hits + without.predraft_misses, 0);
     }
 }

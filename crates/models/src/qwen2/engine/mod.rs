@@ -9,6 +9,7 @@ mod weights;
 
 use std::sync::Mutex;
 
+use crate::causal_lm::TopTwo;
 use crate::cpu::{Isa, KvBuffers, Output, Task, ThreadPool};
 
 use super::config::Qwen2Config;
@@ -112,10 +113,35 @@ impl Engine {
             hidden,
             Output::Argmax {
                 best: &mut best,
+                runner_up: None,
                 below,
             },
         );
         best.into_iter().map(|(i, _)| i).collect()
+    }
+
+    /// [`Self::argmax`] and the runner-up of each hidden state, with their logits; the same
+    /// greedy tokens, from the same single pass over the head.
+    pub(crate) fn top_two(&self, hidden: &[f32], below: usize) -> Vec<TopTwo> {
+        let n = hidden.len() / self.config.hidden_size;
+        let mut best = vec![(0u32, 0f32); n];
+        let mut runner_up = vec![(0u32, 0f32); n];
+        let below = below.clamp(1, self.config.vocab_size);
+        self.head(
+            hidden,
+            Output::Argmax {
+                best: &mut best,
+                runner_up: Some(&mut runner_up),
+                below,
+            },
+        );
+        best.into_iter()
+            .zip(runner_up)
+            .map(|(best, second)| TopTwo {
+                best,
+                runner_up: (second.0 != u32::MAX).then_some(second),
+            })
+            .collect()
     }
 
     /// The LM head over hidden states `[n, hidden]` into `output`.

@@ -1,0 +1,494 @@
+//! The `draft-model` kind: an independent small LM (any [`CausalLm`]; a Qwen2 GGUF from the
+//! command line) with its own KV cache per session. Each round ships only the committed tokens; the cache keeps what the drafter fed
+//! last round where it agrees with them and is rolled back past the first rejection.
+
+use std::path::Path;
+
+use candle_core::Device;
+use specd_models::qwen2::{LoadOptions, Qwen2Model};
+use specd_models::{CausalLm, OutputRows, SeqBlock, TopTwo};
+use specd_wire::drafter::DrafterKind;
+
+use crate::engine::{
+    DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
+};
+
+mod branches;
+
+use branches::{Branch, Ranked, SpareCache};
+
+/// Token ids a draft model proposes from by default: the first 65,536. BPE vocabularies
+/// number their tokens in merge order, so the ids past this are rare words and pieces (under
+/// 2% of the tokens of the real pair's code and prose outputs), while their rows are more than
+/// half of the 0.5B drafter's 152k-row LM head and a fifth of the bytes its step reads.
+/// Drafts only change speed: a token the drafter cannot propose is still emitted, by the
+/// target, at the end of a round.
+pub const DEFAULT_DRAFT_VOCAB: usize = 65_536;
+
+pub struct DraftModelEngine<M: CausalLm = Qwen2Model> {
+    model: M,
+    name: String,
+    max_draft_tokens: usize,
+    /// Drafts are the greedy token among ids below this.
+    draft_vocab: usize,
+}
+
+pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
+    cache: C,
+    /// Tokens in the target cache.
+    committed_len: usize,
+    /// Committed tokens not yet in the drafter's cache.
+    pending: Vec<u32>,
+    /// Tokens the drafter fed after `committed_len` last round (the bonus and its drafts,
+    /// then what the pre-draft fed).
+    speculated: Vec<u32>,
+    /// The last round's drafts with their runner-ups (runner-ups only when it was asked to
+    /// prepare rejection branches).
+    drafts: Vec<Ranked>,
+    /// Committed tokens the round adds when every draft is accepted: the bonus and drafts.
+    round_len: usize,
+    /// Rejection branches the pre-draft after the last draft prepares.
+    branch_width: usize,
+    /// Tokens pre-drafted for the next round, assuming every draft is accepted: the
+    /// drafter's guess of the target's next token, then drafts after it; all but the last
+    /// are fed.
+    predraft: Vec<Ranked>,
+    /// Pre-drafts for rejection points, once the pre-draft has started them.
+    branches: Vec<Branch<C>>,
+    /// Whether the pre-draft has set up its branches.
+    branched: bool,
+    /// The branch whose rejection point the last round met, until the bonus shows whether
+    /// its correction was the target's.
+    candidate: Option<Branch<C>>,
+    /// Caches of branches that went unused, to copy the next branches into.
+    spares: Vec<SpareCache<C>>,
+    /// Where the last draft started.
+    start: DraftStart,
+}
+
+/// Where a draft started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DraftStart {
+    Fresh,
+    /// The all-accepted pre-draft.
+    Predraft,
+    /// A rejection branch of the pre-draft.
+    Branch,
+}
+
+fn internal(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Internal(e.to_string())
+}
+
+impl DraftModelEngine<Qwen2Model> {
+    /// Loads a GGUF draft model.
+    pub fn load(
+        path: &Path,
+        device: &Device,
+        max_draft_tokens: usize,
+    ) -> Result<Self, EngineError> {
+        let model =
+            Qwen2Model::load_with(path, device, &LoadOptions::default()).map_err(internal)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Self::new(model, name, max_draft_tokens))
+    }
+}
+
+impl<M: CausalLm> DraftModelEngine<M> {
+    pub fn new(model: M, name: String, max_draft_tokens: usize) -> Self {
+        let draft_vocab = DEFAULT_DRAFT_VOCAB.min(model.vocab_size());
+        Self {
+            model,
+            name,
+            max_draft_tokens,
+            draft_vocab,
+        }
+    }
+
+    /// Proposes only ids below `ids` (0 or anything past the vocabulary: every id).
+    pub fn with_draft_vocab(mut self, ids: usize) -> Self {
+        let vocab = self.model.vocab_size();
+        self.draft_vocab = if ids == 0 { vocab } else { ids.min(vocab) };
+        self
+    }
+
+    /// Drafts are chosen among the ids below this.
+    pub fn draft_vocab(&self) -> usize {
+        self.draft_vocab
+    }
+
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The greedy token among the draft vocabulary after each sequence's new tokens, in
+    /// one forward (on CPU the logits are never materialised, and the head's rows past the
+    /// draft vocabulary never read); with `runner_ups`, each one's runner-up as well, from
+    /// the same pass. The tokens are the same either way, and the same whichever sequences
+    /// share the forward: the model is row-invariant.
+    fn next_tokens(
+        &self,
+        rows: &mut [SeqBlock<'_, M::Cache>],
+        runner_ups: bool,
+    ) -> Result<Vec<Ranked>, EngineError> {
+        let hidden = self
+            .model
+            .forward(rows, OutputRows::Last)
+            .map_err(internal)?;
+        if hidden.len() != rows.len() {
+            return Err(EngineError::Internal(format!(
+                "the draft model returned {} rows for {} sequences",
+                hidden.len(),
+                rows.len()
+            )));
+        }
+        let hidden = candle_core::Tensor::cat(&hidden, 0)?;
+        let ranked = if runner_ups {
+            self.model
+                .top_two_below(&hidden, self.draft_vocab)
+                .map_err(internal)?
+        } else {
+            self.model
+                .argmax_below(&hidden, self.draft_vocab)
+                .map_err(internal)?
+                .into_iter()
+                .map(|best| TopTwo {
+                    best: (best, f32::NAN),
+                    runner_up: None,
+                })
+                .collect()
+        };
+        if ranked.len() != rows.len() {
+            return Err(EngineError::Internal(
+                "the draft model returned no token".into(),
+            ));
+        }
+        Ok(ranked)
+    }
+
+    fn next_token(
+        &self,
+        tokens: &[u32],
+        cache: &mut M::Cache,
+        runner_up: bool,
+    ) -> Result<Ranked, EngineError> {
+        let mut rows = [SeqBlock { cache, tokens }];
+        let mut ranked = self.next_tokens(&mut rows, runner_up)?;
+        ranked
+            .pop()
+            .ok_or_else(|| EngineError::Internal("the draft model returned no token".into()))
+    }
+}
+
+impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
+    type Session = DraftModelSession<M::Cache>;
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            kind: DrafterKind::DraftModel,
+            model: self.name.clone(),
+            max_draft_tokens: self.max_draft_tokens,
+            vocab_size: self.model.vocab_size(),
+        }
+    }
+
+    fn device(&self) -> &Device {
+        self.model.device()
+    }
+
+    fn open(&self, open: OpenSession) -> Result<Self::Session, EngineError> {
+        let SessionSource::Context(tokens) = open.source else {
+            return Err(EngineError::invalid(
+                "open.source",
+                "a draft model opens from the context tokens",
+            ));
+        };
+        if tokens.len() != open.committed_len {
+            return Err(EngineError::mismatch(
+                "open.context_ids",
+                format!(
+                    "{} tokens for a committed length of {}",
+                    tokens.len(),
+                    open.committed_len
+                ),
+            ));
+        }
+        let vocab = self.model.vocab_size();
+        if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab) {
+            return Err(EngineError::invalid(
+                &format!("open.context_ids[{i}]"),
+                format!("token id {} is not below {vocab}", tokens[i]),
+            ));
+        }
+        let mut cache = self.model.new_cache(0).map_err(internal)?;
+        for piece in tokens.chunks(self.model.default_prefill_chunk().max(1)) {
+            let mut rows = [SeqBlock {
+                cache: &mut cache,
+                tokens: piece,
+            }];
+            self.model
+                .forward(&mut rows, OutputRows::None)
+                .map_err(internal)?;
+        }
+        Ok(DraftModelSession {
+            cache,
+            committed_len: open.committed_len,
+            pending: Vec::new(),
+            speculated: Vec::new(),
+            drafts: Vec::new(),
+            round_len: 0,
+            branch_width: 0,
+            predraft: Vec::new(),
+            branches: Vec::new(),
+            branched: false,
+            candidate: None,
+            spares: Vec::new(),
+            start: DraftStart::Fresh,
+        })
+    }
+
+    fn committed_len(&self, session: &Self::Session) -> usize {
+        session.committed_len
+    }
+
+    fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError> {
+        let DraftCarry::Tokens(committed) = carry else {
+            return Err(EngineError::invalid(
+                "draft.carry",
+                "a draft model takes the committed tokens",
+            ));
+        };
+        if committed.is_empty() {
+            return Ok(());
+        }
+        // What the drafter fed last round stays valid up to the first token the target did not commit.
+        let cached = self.model.cache_len(&session.cache);
+        let speculated_from = cached - session.speculated.len();
+        let agree = if session.pending.is_empty() && speculated_from == session.committed_len {
+            session
+                .speculated
+                .iter()
+                .zip(&committed)
+                .take_while(|(a, b)| a == b)
+                .count()
+        } else {
+            0
+        };
+        // The round's bonus and drafts as far as the target took them, and nothing else.
+        let as_drafted = agree == committed.len();
+        let round_len = std::mem::take(&mut session.round_len);
+        session.drafts.clear();
+        let branches = std::mem::take(&mut session.branches);
+        session.branched = false;
+        session.committed_len += committed.len();
+        let mut candidate = None;
+        for branch in branches {
+            if as_drafted && branch.accepted + 1 == committed.len() {
+                candidate = Some(branch);
+            } else {
+                session.spare(branch.cache, branch.committed);
+            }
+        }
+        if as_drafted && committed.len() == round_len && !session.predraft.is_empty() {
+            // Every draft was accepted: what the pre-draft fed stays, for the next draft.
+            session.speculated.drain(..agree);
+            return Ok(());
+        }
+        session.candidate = candidate;
+        session.predraft.clear();
+        self.model
+            .truncate(&mut session.cache, speculated_from + agree)
+            .map_err(internal)?;
+        session.pending.extend_from_slice(&committed[agree..]);
+        session.speculated.clear();
+        Ok(())
+    }
+
+    fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError> {
+        let vocab = self.model.vocab_size();
+        if step.bonus as usize >= vocab {
+            return Err(EngineError::invalid(
+                "draft.bonus",
+                format!("token id {} is not below {vocab}", step.bonus),
+            ));
+        }
+        let runner_ups = step.branches > 0;
+        let mut predraft = std::mem::take(&mut session.predraft);
+        session.start = DraftStart::Fresh;
+        let candidate = session.candidate.take();
+        if session.pending.is_empty() {
+            if predraft.first().map(|r| r.best.0) == Some(step.bonus) {
+                session.start = DraftStart::Predraft;
+            } else if let Some(branch) = candidate {
+                if branch.predraft.first().map(|r| r.best.0) == Some(step.bonus) {
+                    // The target rejected where the branch assumed, with its correction: the
+                    // branch's cache becomes the session's.
+                    let old = std::mem::replace(&mut session.cache, branch.cache);
+                    let committed = self.model.cache_len(&old);
+                    session.spare(old, committed);
+                    predraft = branch.predraft;
+                    session.start = DraftStart::Branch;
+                } else {
+                    session.spare(branch.cache, branch.committed);
+                }
+            }
+        } else if let Some(branch) = candidate {
+            session.spare(branch.cache, branch.committed);
+        }
+        // On a hit the pre-drafted tokens after the bonus are this round's first drafts.
+        let mut drafts: Vec<Ranked> = if session.start == DraftStart::Fresh {
+            Vec::new()
+        } else {
+            predraft.into_iter().skip(1).take(step.count).collect()
+        };
+        if session.pending.is_empty() {
+            // The cache holds the committed tokens and whatever a pre-draft fed after them
+            // (the bonus and the pre-drafted tokens but the last); keep what drafting the
+            // reused drafts would have fed: the bonus and all of them but the last.
+            self.model
+                .truncate(&mut session.cache, session.committed_len + drafts.len())
+                .map_err(internal)?;
+        }
+        if drafts.is_empty() {
+            let mut feed = std::mem::take(&mut session.pending);
+            feed.push(step.bonus);
+            drafts.push(self.next_token(&feed, &mut session.cache, runner_ups)?);
+        }
+        session.speculated = std::iter::once(step.bonus)
+            .chain(drafts.iter().map(|r| r.best.0))
+            .take(drafts.len())
+            .collect();
+        while drafts.len() < step.count {
+            let last = drafts[drafts.len() - 1].best.0;
+            let next = self.next_token(&[last], &mut session.cache, runner_ups)?;
+            session.speculated.push(last);
+            drafts.push(next);
+        }
+        session.round_len = 1 + drafts.len();
+        session.branch_width = step.branches;
+        let tokens = drafts.iter().map(|r| r.best.0).collect();
+        session.drafts = drafts;
+        Ok(tokens)
+    }
+
+    fn predraft_step(
+        &self,
+        session: &mut Self::Session,
+        count: usize,
+    ) -> Result<bool, EngineError> {
+        if !session.branched {
+            session.branched = true;
+            self.start_branches(session)?;
+        }
+        let runner_ups = session.branch_width > 0;
+        // The last pre-drafted token of every pre-draft still short of `count + 1` tokens
+        // (for the all-accepted one, the round's last draft to begin with).
+        let main_feed = if session.predraft.len() > count {
+            None
+        } else {
+            session
+                .predraft
+                .last()
+                .or(session.drafts.last())
+                .map(|r| r.best.0)
+        };
+        let branch_feeds: Vec<(usize, u32)> = session
+            .branches
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.predraft.len() <= count)
+            .filter_map(|(i, b)| b.predraft.last().map(|r| (i, r.best.0)))
+            .collect();
+        if main_feed.is_none() && branch_feeds.is_empty() {
+            return Ok(false);
+        }
+        let main_token = main_feed.map(|t| [t]);
+        let branch_tokens: Vec<[u32; 1]> = branch_feeds.iter().map(|&(_, t)| [t]).collect();
+        let mut rows = Vec::with_capacity(1 + branch_feeds.len());
+        let DraftModelSession {
+            cache, branches, ..
+        } = &mut *session;
+        if let Some(token) = &main_token {
+            rows.push(SeqBlock {
+                cache,
+                tokens: token,
+            });
+        }
+        let mut wanted = branch_feeds.iter().map(|&(i, _)| i).peekable();
+        for (i, branch) in branches.iter_mut().enumerate() {
+            if wanted.peek() == Some(&i) {
+                wanted.next();
+                rows.push(SeqBlock {
+                    cache: &mut branch.cache,
+                    tokens: &branch_tokens[rows.len() - usize::from(main_token.is_some())],
+                });
+            }
+        }
+        // One token per row, in the order of the rows (checked by `next_tokens`).
+        let mut next = self.next_tokens(&mut rows, runner_ups)?.into_iter();
+        if let Some(token) = main_feed {
+            if let Some(ranked) = next.next() {
+                session.speculated.push(token);
+                session.predraft.push(ranked);
+            }
+        }
+        for ((i, _), ranked) in branch_feeds.iter().zip(next) {
+            session.branches[*i].predraft.push(ranked);
+        }
+        Ok(true)
+    }
+
+    fn predraft_hit(&self, session: &Self::Session) -> bool {
+        session.start != DraftStart::Fresh
+    }
+
+    fn predraft_branch_hit(&self, session: &Self::Session) -> bool {
+        session.start == DraftStart::Branch
+    }
+}
+
+impl<M: CausalLm> DraftModelEngine<M> {
+    /// Copies the session's cache up to each chosen rejection point into a branch (a spare
+    /// cache where there is one, so only the positions it lacks are copied). Without
+    /// branches where the model's caches cannot be copied.
+    fn start_branches(&self, session: &mut DraftModelSession<M::Cache>) -> Result<(), EngineError> {
+        let points = branches::choose(&session.drafts, session.branch_width);
+        for point in points {
+            let (mut cache, shared) = match session.spares.pop() {
+                Some(spare) => (spare.cache, spare.committed),
+                None => (self.model.new_cache(0).map_err(internal)?, 0),
+            };
+            // The committed tokens, the bonus and the drafts the branch assumes accepted.
+            let len = session.committed_len + 1 + point.accepted;
+            if !self
+                .model
+                .copy_prefix(&session.cache, &mut cache, shared, len)
+                .map_err(internal)?
+            {
+                return Ok(());
+            }
+            session.branches.push(Branch {
+                accepted: point.accepted,
+                cache,
+                committed: session.committed_len,
+                predraft: vec![TopTwo {
+                    best: (point.correction, f32::NAN),
+                    runner_up: None,
+                }],
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<C> DraftModelSession<C> {
+    /// Keeps a branch's cache for the next branches, as many as the pre-draft makes.
+    fn spare(&mut self, cache: C, committed: usize) {
+        if self.spares.len() < self.branch_width {
+            self.spares.push(SpareCache { cache, committed });
+        }
+    }
+}
