@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# GGUF copies of the tiny Gemma 4 targets, made by llama.cpp's own converter
-# (convert_hf_to_gguf.py, F32), for the tests of specd's Gemma 4 GGUF loader.
+# GGUF copies of the tiny Gemma 4 targets and of their dense-head assistants, made by
+# llama.cpp's own converter (convert_hf_to_gguf.py, F32), for the tests of specd's Gemma 4 GGUF
+# loaders.
 #
 # Usage: tools/gemma4_gguf_fixtures.sh [OUT_DIR]
 #   OUT_DIR defaults to crates/models/tests/fixtures/gemma4-gguf.
 # Writes target-nople-f32.gguf, target-full-f32.gguf and target-moe-f32.gguf (mixture of
-# experts) from the checkpoints of the same name under crates/models/tests/fixtures/gemma4/,
-# which must exist (tools/gemma4_fixtures.py).
+# experts), and assistant-dense-f32.gguf and assistant-moe-f32.gguf (architecture
+# gemma4-assistant, the assistants paired with target-full and target-moe), from the
+# checkpoints of the same name under crates/models/tests/fixtures/gemma4/, which must exist
+# (tools/gemma4_fixtures.py). assistant-centroid is left out: the converter drops its centroid
+# head (every masked_embedding tensor, with no metadata in its place), so its GGUF is a
+# dense-head assistant that transformers never runs.
 #
 # The converter is the one vendored in the llama-cpp-python 0.3.36 sdist that
 # tools/build_llamacpp.sh builds from (llama.cpp commit 0c1e57098): it is downloaded and
@@ -51,7 +56,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 
-for name in target-nople target-full target-moe; do
+for name in target-nople target-full target-moe assistant-dense assistant-moe; do
     # The directory keeps the fixture's name: the converter derives general.name from it.
     copy=$work/$name
     mkdir -p "$copy"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the smallest tokenizer llama.cpp's convert_hf_to_gguf.py takes for a Gemma 4
 checkpoint that has none: a byte-fallback BPE of exactly the config's vocab_size tokens
-(<pad> 0, <eos> 1, <bos> 2, <unk> 3, then byte tokens), so that the converter cuts no
-embedding row. It only fills the GGUF vocabulary; specd and llama.cpp are fed token ids.
+(<pad> 0, <eos> 1, <bos> 2, <unk> 3, then byte tokens; an assistant's vocab_size is in its
+text_config), so that the converter cuts no embedding row. It only fills the GGUF vocabulary;
+specd and llama.cpp are fed token ids.
 
 Usage: gguf_stub_tokenizer.py CHECKPOINT_DIR [--loadable]
 
@@ -19,7 +20,9 @@ from pathlib import Path
 def main() -> None:
     d = Path(sys.argv[1])
     loadable = "--loadable" in sys.argv[2:]
-    n = json.loads((d / "config.json").read_text())["vocab_size"]
+    config = json.loads((d / "config.json").read_text())
+    # An assistant (gemma4_assistant) keeps its vocabulary size in its text_config.
+    n = config.get("vocab_size") or config["text_config"]["vocab_size"]
     special = ["<pad>", "<eos>", "<bos>", "<unk>"]
     if not loadable and n > len(special) + 256:
         sys.exit(f"{d}: vocab_size {n} is larger than this stub tokenizer can fill")

@@ -1,6 +1,6 @@
 //! What a model path holds, told from the checkpoint itself: a Hugging Face directory by its
 //! `config.json` `model_type`, a GGUF file by its `general.architecture` (`gemma4` is a Gemma 4
-//! target, the Qwen2 family runs on the GGUF engine).
+//! target, `gemma4-assistant` its assistant, the Qwen2 family runs on the GGUF engine).
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +12,9 @@ pub enum ModelSource {
     /// A Gemma 4 target: a checkpoint directory (`gemma4_text`, or the multimodal `gemma4`) or a
     /// GGUF file of architecture `gemma4`.
     Gemma4 { path: PathBuf },
-    /// A Gemma 4 assistant (MTP drafter) directory.
-    Gemma4Assistant { dir: PathBuf },
+    /// A Gemma 4 assistant (MTP drafter): a checkpoint directory (`gemma4_assistant`) or a
+    /// GGUF file of architecture `gemma4-assistant`.
+    Gemma4Assistant { path: PathBuf },
     /// A GGUF file of the Qwen2 family.
     Gguf { path: PathBuf, architecture: String },
 }
@@ -52,12 +53,18 @@ impl ModelSource {
                 path: path.to_path_buf(),
             });
         }
+        if architecture == crate::gemma4::gguf::ASSISTANT_ARCHITECTURE {
+            return Ok(Self::Gemma4Assistant {
+                path: path.to_path_buf(),
+            });
+        }
         if !GGUF_ARCHITECTURES.contains(&architecture.as_str()) {
             return Err(ModelError::Unsupported(format!(
-                "{}: GGUF architecture {architecture:?} (supported: {}, {})",
+                "{}: GGUF architecture {architecture:?} (supported: {}, {}, {})",
                 path.display(),
                 GGUF_ARCHITECTURES.join(", "),
-                crate::gemma4::gguf::ARCHITECTURE
+                crate::gemma4::gguf::ARCHITECTURE,
+                crate::gemma4::gguf::ASSISTANT_ARCHITECTURE
             )));
         }
         Ok(Self::Gguf {
@@ -77,7 +84,7 @@ impl ModelSource {
                 path: dir.to_path_buf(),
             }),
             "gemma4_assistant" => Ok(Self::Gemma4Assistant {
-                dir: dir.to_path_buf(),
+                path: dir.to_path_buf(),
             }),
             other => Err(ModelError::Unsupported(format!(
                 "{}: model_type {other:?} (supported: gemma4, gemma4_text, gemma4_assistant)",
@@ -88,8 +95,9 @@ impl ModelSource {
 
     pub fn path(&self) -> &Path {
         match self {
-            Self::Gemma4Assistant { dir } => dir,
-            Self::Gemma4 { path } | Self::Gguf { path, .. } => path,
+            Self::Gemma4 { path } | Self::Gemma4Assistant { path } | Self::Gguf { path, .. } => {
+                path
+            }
         }
     }
 
@@ -130,7 +138,7 @@ mod tests {
         let assistant = fixtures().join("assistant-dense");
         assert_eq!(
             ModelSource::detect(&assistant).unwrap(),
-            ModelSource::Gemma4Assistant { dir: assistant }
+            ModelSource::Gemma4Assistant { path: assistant }
         );
     }
 
@@ -147,10 +155,18 @@ mod tests {
                 path: gemma4.clone()
             }
         );
+        let assistant = gguf_with_architecture("gemma4-assistant");
+        assert_eq!(
+            ModelSource::detect(&assistant).unwrap(),
+            ModelSource::Gemma4Assistant {
+                path: assistant.clone()
+            }
+        );
         let gemma3 = gguf_with_architecture("gemma3");
         let err = ModelSource::detect(&gemma3).unwrap_err().to_string();
         assert!(err.contains("\"gemma3\""), "{err}");
-        for path in [qwen, gemma4, gemma3] {
+        assert!(err.contains("gemma4-assistant"), "{err}");
+        for path in [qwen, gemma4, assistant, gemma3] {
             let _ = std::fs::remove_file(path);
         }
     }

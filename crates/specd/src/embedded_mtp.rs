@@ -11,16 +11,13 @@ use specd_verifier::TargetCarry;
 use crate::embedded_drafter::{EmbeddedDrafter, InProcessCarry};
 
 pub fn load(
-    drafter_dir: &Path,
-    target_dir: &Path,
+    drafter: &Path,
+    target: &Path,
     dtype: DType,
     device: &Device,
 ) -> Result<EmbeddedDrafter<MtpEngine>, EngineError> {
     Ok(EmbeddedDrafter::new(MtpEngine::load(
-        drafter_dir,
-        target_dir,
-        dtype,
-        device,
+        drafter, target, dtype, device,
     )?))
 }
 

@@ -71,8 +71,9 @@ pub struct GenerateArgs {
     /// match.
     #[arg(long, value_enum, conflicts_with = "no_draft")]
     pub draft: Option<EmbeddedDraft>,
-    /// Drafter: a Gemma 4 assistant directory (--draft mtp) or a GGUF file (--draft
-    /// draft-model); with --draft hybrid, the one that fits the target.
+    /// Drafter: a Gemma 4 assistant, as a directory or a `gemma4-assistant` GGUF file (--draft
+    /// mtp), or a GGUF draft model (--draft draft-model); with --draft hybrid, the one that fits
+    /// the target.
     #[arg(
         long,
         required_if_eq_any([("draft", "mtp"), ("draft", "draft-model"), ("draft", "hybrid")])
@@ -196,16 +197,16 @@ pub fn detect(path: &std::path::Path, role: &str) -> Result<ModelSource> {
 }
 
 pub fn run(mut args: GenerateArgs) -> Result<()> {
-    // A drafter without --draft picks its kind from the checkpoint: a GGUF file is a draft
-    // model, a Gemma 4 assistant directory an MTP drafter.
+    // A drafter without --draft picks its kind from the checkpoint: a Gemma 4 assistant
+    // (directory or GGUF file) is an MTP drafter, any other GGUF file a draft model.
     if args.draft.is_none() && !args.no_draft {
         if let Some(path) = args.drafter.as_deref() {
             args.draft = Some(match detect(path, "drafter")? {
                 ModelSource::Gguf { .. } => EmbeddedDraft::DraftModel,
                 ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
                 ModelSource::Gemma4 { .. } => bail!(
-                    "--drafter {}: a Gemma 4 target checkpoint, not a drafter (an assistant \
-                     directory or a GGUF draft model)",
+                    "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 \
+                     assistant or a GGUF draft model)",
                     path.display()
                 ),
             });
@@ -214,9 +215,9 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
     match detect(&args.target, "target")? {
         ModelSource::Gguf { .. } => run_gguf(args),
         ModelSource::Gemma4 { .. } => run_gemma4(args),
-        ModelSource::Gemma4Assistant { dir } => bail!(
+        ModelSource::Gemma4Assistant { path } => bail!(
             "--target {}: a Gemma 4 assistant (a drafter), not a target",
-            dir.display()
+            path.display()
         ),
     }
 }
@@ -273,9 +274,9 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
     let mtp = match (args.draft, &args.drafter) {
-        (Some(EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid), Some(dir)) => Some(
-            embedded_mtp::load(dir, &args.target, args.dtype.dtype(), &device)
-                .with_context(|| format!("loading the drafter from {}", dir.display()))?,
+        (Some(EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid), Some(path)) => Some(
+            embedded_mtp::load(path, &args.target, args.dtype.dtype(), &device)
+                .with_context(|| format!("loading the drafter from {}", path.display()))?,
         ),
         (Some(EmbeddedDraft::DraftModel), _) => {
             bail!("--draft draft-model needs a GGUF target file")

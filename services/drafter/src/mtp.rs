@@ -29,17 +29,17 @@ pub struct MtpSession {
 }
 
 impl MtpEngine {
-    /// Loads the assistant checkpoint in `drafter_dir` and the token embedding of its target
-    /// in `target_dir`.
+    /// Loads the assistant at `drafter` and the token embedding of its target at `target`
+    /// (each a checkpoint directory or a GGUF file).
     pub fn load(
-        drafter_dir: &Path,
-        target_dir: &Path,
+        drafter: &Path,
+        target: &Path,
         dtype: DType,
         device: &Device,
     ) -> Result<Self, EngineError> {
-        let model = Gemma4Assistant::load(drafter_dir, target_dir, dtype, device)
+        let model = Gemma4Assistant::load(drafter, target, dtype, device)
             .map_err(|e| EngineError::Internal(format!("loading the assistant: {e}")))?;
-        let name = drafter_dir
+        let name = drafter
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();

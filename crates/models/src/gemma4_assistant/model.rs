@@ -73,20 +73,27 @@ pub struct Gemma4Assistant {
 }
 
 impl Gemma4Assistant {
-    /// Loads the assistant in `drafter_dir` and the token embedding of its target in
-    /// `target_dir` (only that table, memory-mapped). Refuses a target the assistant does not fit.
-    pub fn load(
-        drafter_dir: &Path,
-        target_dir: &Path,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
-        let cfg = Gemma4AssistantConfig::from_dir(drafter_dir)?;
-        let (target_cfg, layout) = Gemma4TextConfig::from_dir(target_dir)?;
+    /// Loads the assistant at `drafter` and the token embedding of its target at `target`
+    /// (only that table, memory-mapped). Each is a checkpoint directory or a GGUF file in
+    /// llama.cpp's converter layout (`gemma4-assistant`, `gemma4`). Refuses a target the
+    /// assistant does not fit.
+    pub fn load(drafter: &Path, target: &Path, dtype: DType, device: &Device) -> Result<Self> {
+        let (cfg, ckpt) = if drafter.is_file() {
+            let (config, ckpt) = crate::gemma4::gguf::open_assistant(drafter, dtype, device)?;
+            (Gemma4AssistantConfig::from_json(&config)?, ckpt)
+        } else {
+            let cfg = Gemma4AssistantConfig::from_dir(drafter)?;
+            (cfg, Checkpoint::open(drafter, dtype, device)?)
+        };
+        let (target_cfg, layout) = if target.is_file() {
+            // Only the configuration is kept; the table is read by TargetEmbedding.
+            let (cfg, layout, _) = crate::gemma4::gguf::open(target, dtype, device)?;
+            (cfg, layout)
+        } else {
+            Gemma4TextConfig::from_dir(target)?
+        };
         cfg.check_target(&target_cfg)?;
-        let target_embedding =
-            TargetEmbedding::open(target_dir, &target_cfg, &layout, dtype, device)?;
-        let ckpt = Checkpoint::open(drafter_dir, dtype, device)?;
+        let target_embedding = TargetEmbedding::open(target, &target_cfg, &layout, dtype, device)?;
         let model = Self::from_parts(cfg, target_embedding, &ckpt)?;
         tracing::debug!(
             layers = model.layers.len(),

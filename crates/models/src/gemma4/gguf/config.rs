@@ -7,16 +7,23 @@ use super::*;
 impl GgufStore {
     /// The metadata as the `config.json` fields of a `gemma4_text` checkpoint.
     pub(super) fn config_json(&self) -> Result<Json> {
+        self.text_config_json(ARCHITECTURE, "a Gemma 4 text model")
+    }
+
+    /// The `gemma4_text` fields of a file of architecture `architecture` (`what` names it in
+    /// the error for another one), whose keys are the text model's under that prefix: an
+    /// assistant's are.
+    pub(super) fn text_config_json(&self, architecture: &str, what: &str) -> Result<Json> {
         let meta = Meta(self.file.metadata());
         let arch = meta.string("general.architecture")?;
-        if arch != ARCHITECTURE {
+        if arch != architecture {
             return Err(ModelError::config(
                 "general.architecture",
-                format!("expected {ARCHITECTURE:?} (a Gemma 4 text model), found {arch:?}"),
+                format!("expected {architecture:?} ({what}), found {arch:?}"),
             ));
         }
-        let key = |k: &str| format!("{ARCHITECTURE}.{k}");
-        let experts = self.experts(&meta)?;
+        let key = |k: &str| format!("{architecture}.{k}");
+        let experts = self.experts(&meta, architecture)?;
 
         let num_layers = meta.usize(&key("block_count"))?;
         let hidden = meta.usize(&key("embedding_length"))?;
@@ -207,7 +214,7 @@ impl GgufStore {
             "vocab_size_per_layer_input": per_layer_vocab,
             "layer_types": layer_types,
             "per_layer_config": per_layer_config,
-            "rope_parameters": self.rope(&meta, head_dim_full, head_dim_sliding)?,
+            "rope_parameters": self.rope(&meta, architecture, head_dim_full, head_dim_sliding)?,
             "rms_norm_eps": meta.f64(&key("attention.layer_norm_rms_epsilon"))?,
             "sliding_window": meta.usize(&key("attention.sliding_window"))?,
             "max_position_embeddings": meta.usize(&key("context_length"))?,
@@ -230,8 +237,8 @@ impl GgufStore {
     }
 
     /// The `config.json` fields of a mixture-of-experts block, `None` for a dense file.
-    fn experts(&self, meta: &Meta<'_>) -> Result<Option<Map<String, Json>>> {
-        let key = |k: &str| format!("{ARCHITECTURE}.{k}");
+    fn experts(&self, meta: &Meta<'_>, architecture: &str) -> Result<Option<Map<String, Json>>> {
+        let key = |k: &str| format!("{architecture}.{k}");
         let count_key = key("expert_count");
         let count = meta.usize_opt(&count_key)?.unwrap_or(0);
         if count == 0 {
@@ -264,8 +271,14 @@ impl GgufStore {
     }
 
     /// `rope_parameters` of both layer types.
-    fn rope(&self, meta: &Meta<'_>, head_dim_full: usize, head_dim_sliding: usize) -> Result<Json> {
-        let key = |k: &str| format!("{ARCHITECTURE}.{k}");
+    fn rope(
+        &self,
+        meta: &Meta<'_>,
+        architecture: &str,
+        head_dim_full: usize,
+        head_dim_sliding: usize,
+    ) -> Result<Json> {
+        let key = |k: &str| format!("{architecture}.{k}");
         let scaling_key = key("rope.scaling.type");
         if let Some(scaling) = meta.0.get(&scaling_key) {
             if !matches!(scaling, Value::String(s) if s == "none") {

@@ -1,5 +1,6 @@
 //! Gemma 4 text targets from GGUF files in the layout llama.cpp's `convert_hf_to_gguf.py` writes
-//! (`general.architecture = gemma4`).
+//! (`general.architecture = gemma4`), and their assistants (`gemma4-assistant`, in
+//! `assistant.rs`).
 //!
 //! The configuration is rebuilt from the GGUF metadata as the `config.json` fields the
 //! safetensors path reads, so both go through one resolution and one set of checks; tensors
@@ -32,6 +33,7 @@
 //! The tensors and names are here; the configuration from the metadata is in `config.rs`, the
 //! typed metadata reads in `meta.rs`.
 
+mod assistant;
 mod config;
 mod meta;
 
@@ -47,6 +49,8 @@ use super::config::{CheckpointLayout, Gemma4TextConfig};
 use crate::checkpoint::{Checkpoint, TensorStore};
 use crate::error::{ModelError, Result};
 use crate::qwen2::GgufFile;
+
+pub use assistant::{open_assistant, ASSISTANT_ARCHITECTURE};
 
 /// `general.architecture` of a Gemma 4 text model in llama.cpp's naming.
 pub const ARCHITECTURE: &str = "gemma4";
@@ -93,6 +97,9 @@ pub fn gguf_name(name: &str) -> Option<String> {
         "model.per_layer_projection_norm.weight" => Some("per_layer_proj_norm.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
         "lm_head.weight" => Some("output.weight"),
+        // An assistant's projections between the target's width and its own.
+        "pre_projection.weight" => Some("nextn.pre_projection.weight"),
+        "post_projection.weight" => Some("nextn.post_projection.weight"),
         _ => None,
     };
     if let Some(top) = top {

@@ -1,6 +1,8 @@
 //! Shared helpers of the model tests: fixture paths and reference files.
 #![allow(dead_code)]
 
+pub mod gguf_parts;
+
 use std::path::PathBuf;
 
 use serde_json::Value;
