@@ -14,10 +14,12 @@ use crate::device::{DTypeArg, DeviceArg};
 
 #[derive(Args, Debug)]
 pub struct DraftArgs {
-    /// Target checkpoint directory (config.json, safetensors).
+    /// Gemma 4 target: a checkpoint directory (config.json, safetensors) or a `gemma4` GGUF
+    /// file.
     #[arg(long)]
     pub target: PathBuf,
-    /// Gemma 4 assistant checkpoint directory (model_type gemma4_assistant).
+    /// Gemma 4 assistant: a checkpoint directory (model_type gemma4_assistant) or a
+    /// `gemma4-assistant` GGUF file.
     #[arg(long)]
     pub drafter: PathBuf,
     /// Prompt as comma-separated token ids, e.g. 2,17,301.

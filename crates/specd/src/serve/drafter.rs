@@ -21,13 +21,14 @@ pub struct DrafterArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50052")]
     pub listen: SocketAddr,
-    /// Drafter: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant, the
-    /// mtp kind) or a GGUF file (an independent draft model, the draft-model kind).
+    /// Drafter: a Gemma 4 assistant, a checkpoint directory (model_type gemma4_assistant) or a
+    /// `gemma4-assistant` GGUF file (the mtp kind), or another GGUF file (an independent draft
+    /// model, the draft-model kind).
     #[arg(long, env = "SPECD_DRAFTER")]
     pub drafter: PathBuf,
-    /// Target: for an assistant, the checkpoint directory whose token embedding table is read
-    /// (memory-mapped); for a GGUF draft model, the target GGUF file, whose vocabulary the
-    /// drafter's must equal (only its metadata is read).
+    /// Target: for an assistant, the checkpoint directory or GGUF file whose token embedding
+    /// table is read (memory-mapped); for a GGUF draft model, the target GGUF file, whose
+    /// vocabulary the drafter's must equal (only its metadata is read).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
     /// Open sessions at most; more are refused with RESOURCE_EXHAUSTED.

@@ -1,15 +1,25 @@
 //! `specd draft` as a user runs it, against transformers' first token and draft block.
 
-use crate::common::{fixture, ids, join, json_of, reference};
+use crate::common::{fixture, gguf_fixture, ids, join, json_of, reference};
 
+use std::path::Path;
 use std::process::Command;
 
 fn draft(target: &str, drafter: &str, prompt_ids: &str, steps: usize) -> std::process::Output {
+    draft_files(&fixture(target), &fixture(drafter), prompt_ids, steps)
+}
+
+fn draft_files(
+    target: &Path,
+    drafter: &Path,
+    prompt_ids: &str,
+    steps: usize,
+) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_specd"))
         .args(["draft", "--target"])
-        .arg(fixture(target))
+        .arg(target)
         .arg("--drafter")
-        .arg(fixture(drafter))
+        .arg(drafter)
         .args([
             "--prompt-ids",
             prompt_ids,
@@ -38,6 +48,31 @@ fn draft_json_equals_transformers_first_token_and_drafts() {
                     prompt["name"]
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn draft_json_from_gguf_files_equals_transformers_drafts() {
+    for drafter in ["assistant-dense", "assistant-moe"] {
+        let reference = reference(drafter);
+        let target = reference["target"].as_str().unwrap();
+        for prompt in reference["prompts"].as_array().unwrap() {
+            let prompt_ids = join(&ids(&prompt["prompt_ids"]));
+            let out = draft_files(
+                &gguf_fixture(target),
+                &gguf_fixture(drafter),
+                &prompt_ids,
+                7,
+            );
+            let json = json_of(out);
+            assert_eq!(json["first_token"], prompt["first_token"], "{drafter}");
+            assert_eq!(
+                ids(&json["drafts"]),
+                ids(&prompt["drafts"])[..7],
+                "{drafter} {}",
+                prompt["name"]
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `specd generate --draft ngram|mtp|hybrid` in embedded mode prints the tokens `--no-draft`
-//! prints, for every block size, greedy and seeded.
+//! prints, for every block size, greedy and seeded, from checkpoint directories or GGUF files.
 
-use crate::common::{fixture, json_of};
+use crate::common::{fixture, gguf_fixture, json_of};
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -101,6 +101,23 @@ fn mtp_drafting_on_a_mixture_of_experts_target_prints_the_plain_tokens() {
 }
 
 #[test]
+fn mtp_drafting_from_gguf_files_prints_the_plain_tokens() {
+    // llama.cpp's conversions of both pairs: target and assistant each a GGUF file.
+    for (target, assistant) in [
+        ("target-full", "assistant-dense"),
+        ("target-moe", "assistant-moe"),
+    ] {
+        let drafter = gguf_fixture(assistant);
+        let drafter = drafter.to_str().unwrap();
+        let (drafted, _) = assert_lossless_on(
+            &gguf_fixture(target),
+            &["--draft", "mtp", "--drafter", drafter],
+        );
+        assert!(drafted > 0, "{assistant}");
+    }
+}
+
+#[test]
 fn hybrid_drafting_prints_the_plain_tokens() {
     // Lookup drafts the rounds that repeat the prompt, the assistant the others.
     let drafter = fixture("assistant-dense");
@@ -144,6 +161,17 @@ fn draft_and_no_draft_conflict() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--draft"));
+}
+
+#[test]
+fn a_gguf_assistant_alone_means_mtp() {
+    let drafter = gguf_fixture("assistant-dense");
+    let drafter = drafter.to_str().unwrap();
+    let target = gguf_fixture("target-full");
+    let plain = generate_on(&target, &["--no-draft"]);
+    let spec = generate_on(&target, &["--drafter", drafter, "--block-size", "4"]);
+    assert_eq!(spec["tokens"], plain["tokens"]);
+    assert!(spec["stats"]["drafted"].as_u64().unwrap() > 0, "{spec}");
 }
 
 #[test]

@@ -12,6 +12,13 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The llama.cpp conversion (F32) of the fixture `name` (tools/gemma4_gguf_fixtures.sh).
+pub fn gguf_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gemma4-gguf")
+        .join(format!("{name}-f32.gguf"))
+}
+
 pub fn reference(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap())
         .unwrap()
