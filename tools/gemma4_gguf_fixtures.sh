@@ -67,4 +67,13 @@ for name in target-nople target-full target-moe assistant-dense assistant-moe; d
         --outfile "$out/$name-f32.gguf" >"$work/$name.log" 2>&1 \
         || { cat "$work/$name.log" >&2; exit 1; }
 done
+# Q8_0 copies of the dense and the mixture-of-experts target, for the CPU engine's quantized
+# path (target-full-q8_0.gguf, target-moe-q8_0.gguf): the converter keeps the matrices whose
+# rows are not whole 32-value blocks in F16, and norms and the router in F32.
+for name in target-full target-moe; do
+    log "converting $name to Q8_0"
+    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$work/$name" --outtype q8_0 \
+        --outfile "$out/$name-q8_0.gguf" >"$work/$name-q8_0.log" 2>&1 \
+        || { cat "$work/$name-q8_0.log" >&2; exit 1; }
+done
 ls -l "$out"/*.gguf >&2

@@ -3,8 +3,11 @@
 //! modalities in a multimodal checkpoint are never touched.
 //!
 //! A checkpoint can also be backed by a file of another format (a [`TensorStore`], such as a
-//! Gemma 4 GGUF file) that answers to the Hugging Face names the loaders ask for.
+//! Gemma 4 GGUF file) that answers to the Hugging Face names the loaders ask for. Such a file
+//! may store tensors quantized; those are handed over as stored ([`Quantized`]), for the
+//! loaders to pack for the CPU kernels, never expanded to floats.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +15,7 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
+use crate::cpu::WeightFormat;
 use crate::error::{ModelError, Result};
 
 pub struct Checkpoint {
@@ -33,6 +37,35 @@ pub(crate) trait TensorStore: Send + Sync {
     fn load(&self, name: &str) -> Result<Tensor>;
     /// How errors name the tensor: by its name in the file, which is what a user can look up.
     fn display_name(&self, name: &str) -> String;
+    /// The tensor as stored when the file stores it quantized; `None` for float tensors,
+    /// which [`Self::load`] reads. A quantized type without a CPU kernel is an error naming
+    /// the tensor and the type.
+    fn quantized(&self, _name: &str) -> Result<Option<Quantized<'_>>> {
+        Ok(None)
+    }
+}
+
+/// A quantized tensor's bytes as stored: rows of its innermost dimension, each a whole
+/// number of `format` blocks, outermost dimensions first.
+pub(crate) struct Quantized<'a> {
+    pub format: WeightFormat,
+    /// Candle order (outermost first).
+    pub dims: Vec<usize>,
+    pub bytes: Cow<'a, [u8]>,
+}
+
+impl Quantized<'_> {
+    /// Bytes of one row (one innermost slice).
+    pub fn row_bytes(&self) -> usize {
+        let width = self.dims.last().copied().unwrap_or(0);
+        width / self.format.block_len() * self.format.block_bytes()
+    }
+
+    /// Rows `from .. from + count`, counting rows across the outer dimensions.
+    pub fn rows(&self, from: usize, count: usize) -> &[u8] {
+        let b = self.row_bytes();
+        &self.bytes[from * b..(from + count) * b]
+    }
 }
 
 #[derive(Deserialize)]
@@ -128,6 +161,23 @@ impl Checkpoint {
             }
             Store::Other(store) => store.shape(name).ok_or_else(missing),
         }
+    }
+
+    /// `name` as stored when the file stores it quantized (only files other than safetensors
+    /// do), after checking its shape; `None` for a float tensor, which [`Self::tensor`] loads.
+    pub(crate) fn quantized(&self, name: &str, shape: &[usize]) -> Result<Option<Quantized<'_>>> {
+        let Store::Other(store) = &self.files else {
+            return Ok(None);
+        };
+        let found = self.shape_of(name)?;
+        if found != shape {
+            return Err(ModelError::ShapeMismatch {
+                name: self.display_name(name),
+                expected: shape.to_vec(),
+                found,
+            });
+        }
+        store.quantized(name)
     }
 
     /// `name` on the CPU as stored.

@@ -4,12 +4,14 @@ pub mod causal_lm;
 pub mod checkpoint;
 mod config_json;
 pub mod cpu;
+pub mod embedding;
 pub mod error;
 pub mod exact;
 pub mod gemma4;
 pub mod gemma4_assistant;
 mod gguf_value;
 pub mod linear;
+pub mod projection;
 pub mod qwen2;
 pub mod source;
 

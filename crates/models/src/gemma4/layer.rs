@@ -12,7 +12,7 @@ use super::rope;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::exact::{exact_attention, AttentionSpan};
-use crate::linear::Linear;
+use crate::projection::Projection;
 
 /// Where one sequence's tokens sit in a packed forward.
 #[derive(Debug, Clone)]
@@ -36,18 +36,18 @@ impl RowRope {
 }
 
 struct Attention {
-    q_proj: Linear,
-    k_proj: Option<Linear>,
-    v_proj: Option<Linear>,
-    o_proj: Linear,
+    q_proj: Projection,
+    k_proj: Option<Projection>,
+    v_proj: Option<Projection>,
+    o_proj: Projection,
     q_norm: RmsNorm,
     k_norm: Option<RmsNorm>,
     v_norm: RmsNorm,
 }
 
 struct PerLayerInput {
-    gate: Linear,
-    projection: Linear,
+    gate: Projection,
+    projection: Projection,
     post_norm: RmsNorm,
 }
 
@@ -57,9 +57,9 @@ pub struct DecoderLayer {
     num_heads: usize,
     window: Option<usize>,
     attn: Attention,
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    gate_proj: Projection,
+    up_proj: Projection,
+    down_proj: Projection,
     input_norm: RmsNorm,
     post_attention_norm: RmsNorm,
     pre_feedforward_norm: RmsNorm,
@@ -91,7 +91,7 @@ impl DecoderLayer {
         let owns_kv = g.kv_source == index;
         let kv_width = g.num_kv_heads * g.head_dim;
         let attn = Attention {
-            q_proj: Linear::load(
+            q_proj: Projection::load(
                 ckpt,
                 &format!("{p}.self_attn.q_proj"),
                 cfg.num_heads * g.head_dim,
@@ -99,12 +99,16 @@ impl DecoderLayer {
                 bias,
             )?,
             k_proj: owns_kv
-                .then(|| Linear::load(ckpt, &format!("{p}.self_attn.k_proj"), kv_width, h, bias))
+                .then(|| {
+                    Projection::load(ckpt, &format!("{p}.self_attn.k_proj"), kv_width, h, bias)
+                })
                 .transpose()?,
             v_proj: (owns_kv && !g.k_eq_v)
-                .then(|| Linear::load(ckpt, &format!("{p}.self_attn.v_proj"), kv_width, h, bias))
+                .then(|| {
+                    Projection::load(ckpt, &format!("{p}.self_attn.v_proj"), kv_width, h, bias)
+                })
                 .transpose()?,
-            o_proj: Linear::load(
+            o_proj: Projection::load(
                 ckpt,
                 &format!("{p}.self_attn.o_proj"),
                 h,
@@ -119,8 +123,8 @@ impl DecoderLayer {
         };
         let per_layer_input = match cfg.per_layer_input_size {
             Some(ple) => Some(PerLayerInput {
-                gate: Linear::load(ckpt, &format!("{p}.per_layer_input_gate"), ple, h, false)?,
-                projection: Linear::load(
+                gate: Projection::load(ckpt, &format!("{p}.per_layer_input_gate"), ple, h, false)?,
+                projection: Projection::load(
                     ckpt,
                     &format!("{p}.per_layer_projection"),
                     h,
@@ -143,9 +147,9 @@ impl DecoderLayer {
             window: (g.kind == LayerKind::Sliding).then_some(cfg.sliding_window),
             num_heads: cfg.num_heads,
             attn,
-            gate_proj: Linear::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
-            up_proj: Linear::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
-            down_proj: Linear::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
+            gate_proj: Projection::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
+            up_proj: Projection::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
+            down_proj: Projection::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
             input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
             post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
             pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,

@@ -11,8 +11,10 @@ use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
 use crate::checkpoint::Checkpoint;
+use crate::embedding::EmbeddingTable;
 use crate::error::{ModelError, Result};
 use crate::linear::{exact_eligible, Linear};
+use crate::projection::Projection;
 
 /// Rows a prompt is prefilled in at most, so one long prompt never runs as one huge forward.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -21,8 +23,8 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 pub type BlockInput<'a> = SeqBlock<'a, SequenceCache>;
 
 struct PerLayerEmbedding {
-    table: Tensor,
-    model_projection: Linear,
+    table: EmbeddingTable,
+    model_projection: Projection,
     projection_norm: RmsNorm,
     width: usize,
 }
@@ -30,13 +32,13 @@ struct PerLayerEmbedding {
 pub struct Gemma4Model {
     cfg: Gemma4TextConfig,
     layout: CheckpointLayout,
-    embed: Tensor,
+    embed: EmbeddingTable,
     embed_scale: f64,
     per_layer: Option<PerLayerEmbedding>,
     layers: Vec<DecoderLayer>,
     ropes: Vec<((LayerKind, usize), Rope)>,
     final_norm: RmsNorm,
-    lm_head: Linear,
+    lm_head: Projection,
     device: Device,
     dtype: DType,
 }
@@ -61,16 +63,27 @@ impl Gemma4Model {
     ) -> Result<Self> {
         let p = layout.text_prefix.clone();
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed = ckpt.tensor(&format!("{p}embed_tokens.weight"), &[v, h])?;
+        let tied = !ckpt.contains("lm_head.weight");
+        if tied && !cfg.tie_word_embeddings {
+            return Err(ModelError::MissingTensor {
+                name: "lm_head.weight".into(),
+            });
+        }
+        let (embed, packed_embed) =
+            EmbeddingTable::load(ckpt, &format!("{p}embed_tokens.weight"), v, h, tied)?;
         let per_layer = match cfg.per_layer_input_size {
             Some(ple) => {
                 let width = cfg.num_layers * ple;
                 Some(PerLayerEmbedding {
-                    table: ckpt.tensor(
+                    table: EmbeddingTable::load(
+                        ckpt,
                         &format!("{p}embed_tokens_per_layer.weight"),
-                        &[cfg.per_layer_vocab_size, width],
-                    )?,
-                    model_projection: Linear::load(
+                        cfg.per_layer_vocab_size,
+                        width,
+                        false,
+                    )?
+                    .0,
+                    model_projection: Projection::load(
                         ckpt,
                         &format!("{p}per_layer_model_projection"),
                         width,
@@ -100,14 +113,15 @@ impl Gemma4Model {
             ckpt.tensor(&format!("{p}norm.weight"), &[h])?,
             cfg.rms_norm_eps,
         );
-        let lm_head = if ckpt.contains("lm_head.weight") {
-            Linear::load(ckpt, "lm_head", v, h, false)?
-        } else if cfg.tie_word_embeddings {
-            Linear::new(embed.clone(), None)
-        } else {
-            return Err(ModelError::MissingTensor {
-                name: "lm_head.weight".into(),
-            });
+        let lm_head = match (tied, packed_embed, embed.dense()) {
+            (false, _, _) => Projection::load(ckpt, "lm_head", v, h, false)?,
+            (true, Some(packed), _) => packed.into(),
+            (true, None, Some(table)) => Linear::new(table.clone(), None).into(),
+            (true, None, None) => {
+                return Err(ModelError::Invalid(
+                    "a quantized token embedding came back without its packed head".into(),
+                ))
+            }
         };
         Ok(Self {
             embed_scale: (h as f64).sqrt(),
@@ -140,8 +154,8 @@ impl Gemma4Model {
         self.dtype
     }
 
-    /// The scaled token embedding table's raw weights `[vocab, hidden]`.
-    pub fn embedding_table(&self) -> &Tensor {
+    /// The token embedding table's raw weights `[vocab, hidden]` (unscaled).
+    pub fn embedding_table(&self) -> &EmbeddingTable {
         &self.embed
     }
 
@@ -229,7 +243,7 @@ impl Gemma4Model {
         let exact = exact_eligible(&self.device, self.dtype, max_block);
 
         let ids_t = Tensor::new(ids.as_slice(), &self.device)?;
-        let mut h = (self.embed.index_select(&ids_t, 0)? * self.embed_scale_in_dtype())?;
+        let mut h = (self.embed.lookup(&ids_t)? * self.embed_scale_in_dtype())?;
         let per_layer_inputs = self.per_layer_inputs(&ids_t, &h, exact)?;
         let mut ropes = self.row_ropes(&slots)?;
         let block_lens: Vec<usize> = rows.iter().map(|r| r.tokens.len()).collect();
@@ -355,7 +369,7 @@ impl Gemma4Model {
                 self.cfg.per_layer_vocab_size
             )));
         }
-        let token_part = (ple.table.index_select(ids, 0)? * (ple.width as f64).sqrt())?
+        let token_part = (ple.table.lookup(ids)? * (ple.width as f64).sqrt())?
             .reshape((n, layers, ple.width))?;
         let projected = (ple.model_projection.forward(embeds, exact)?
             * (self.cfg.hidden_size as f64).powf(-0.5))?

@@ -22,11 +22,12 @@ use super::norm::RmsNorm;
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::linear::Linear;
+use crate::projection::{pack_rows, Projection};
 
 struct Expert {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    gate: Projection,
+    up: Projection,
+    down: Projection,
 }
 
 pub(crate) struct MoeBlock {
@@ -36,7 +37,7 @@ pub(crate) struct MoeBlock {
     router_scale: Tensor,
     /// `hidden_size^-0.5`.
     root_size: f64,
-    router: Linear,
+    router: Projection,
     per_expert_scale: Vec<f32>,
     experts: Vec<Expert>,
     pre_norm: RmsNorm,
@@ -63,15 +64,18 @@ impl MoeBlock {
                 eps,
             ))
         };
-        let gate_up = ckpt.tensor(&format!("{p}.experts.gate_up_proj"), &[e, 2 * i, hidden])?;
-        let down = ckpt.tensor(&format!("{p}.experts.down_proj"), &[e, hidden, i])?;
+        let gate_up = ExpertWeights::load(
+            ckpt,
+            &format!("{p}.experts.gate_up_proj"),
+            [e, 2 * i, hidden],
+        )?;
+        let down = ExpertWeights::load(ckpt, &format!("{p}.experts.down_proj"), [e, hidden, i])?;
         let experts = (0..e)
             .map(|x| -> Result<Expert> {
-                let both = gate_up.narrow(0, x, 1)?.squeeze(0)?;
                 Ok(Expert {
-                    gate: Linear::new(both.narrow(0, 0, i)?.contiguous()?, None),
-                    up: Linear::new(both.narrow(0, i, i)?.contiguous()?, None),
-                    down: Linear::new(down.narrow(0, x, 1)?.squeeze(0)?.contiguous()?, None),
+                    gate: gate_up.rows(ckpt, x, 0, i)?,
+                    up: gate_up.rows(ckpt, x, i, i)?,
+                    down: down.rows(ckpt, x, 0, hidden)?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -83,7 +87,7 @@ impl MoeBlock {
             router_norm: RmsNorm::unscaled(eps),
             router_scale: ckpt.tensor(&format!("{p}.router.scale"), &[hidden])?,
             root_size: (hidden as f64).powf(-0.5),
-            router: Linear::load(ckpt, &format!("{p}.router.proj"), e, hidden, false)?,
+            router: Projection::load(ckpt, &format!("{p}.router.proj"), e, hidden, false)?,
             per_expert_scale,
             experts,
             pre_norm: norm("pre_feedforward_layernorm_2")?,
@@ -165,6 +169,42 @@ impl MoeBlock {
             .collect();
         routes.sort_by_key(|&(e, _)| e);
         Ok(routes)
+    }
+}
+
+/// One of a layer's 3-D expert weights `[experts, out, in]`, as the checkpoint stores it.
+enum ExpertWeights<'a> {
+    Dense(Tensor),
+    Quantized {
+        name: String,
+        stored: crate::checkpoint::Quantized<'a>,
+    },
+}
+
+impl<'a> ExpertWeights<'a> {
+    fn load(ckpt: &'a Checkpoint, name: &str, dims: [usize; 3]) -> Result<Self> {
+        Ok(match ckpt.quantized(name, &dims)? {
+            Some(stored) => Self::Quantized {
+                name: name.to_string(),
+                stored,
+            },
+            None => Self::Dense(ckpt.tensor(name, &dims)?),
+        })
+    }
+
+    /// Rows `first .. first + count` of expert `x`'s `[out, in]` slice as a projection: a
+    /// quantized one packed on its own, so each expert reads only its own tiles.
+    fn rows(&self, ckpt: &Checkpoint, x: usize, first: usize, count: usize) -> Result<Projection> {
+        Ok(match self {
+            Self::Dense(all) => {
+                let slice = all.narrow(0, x, 1)?.squeeze(0)?;
+                Linear::new(slice.narrow(0, first, count)?.contiguous()?, None).into()
+            }
+            Self::Quantized { name, stored } => {
+                let out = stored.dims[1];
+                pack_rows(ckpt, name, stored, x * out + first, count)?.into()
+            }
+        })
     }
 }
 

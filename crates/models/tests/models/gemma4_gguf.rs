@@ -225,28 +225,42 @@ fn missing_metadata_is_named_by_its_key() {
 }
 
 #[test]
-fn quantized_files_are_refused_naming_the_tensor() {
+fn quantized_types_without_cpu_kernels_are_refused_naming_the_tensor() {
+    // Q8_0 and the other types the CPU engine runs load (gemma4_gguf_quantized.rs); Q4_1 has
+    // no kernel.
     let dir = TempDir::new("gemma4-gguf-refused");
     for name in ["target-nople", "target-moe"] {
         let mut parts = Parts::read(&gguf_fixture(name));
-        parts.matrices_as(GgmlDType::Q8_0);
-        let err = load_error(&parts.write(&dir, &format!("{name}-q8.gguf")));
-        assert!(err.contains("Q8_0"), "{name}: {err}");
+        parts.matrices_as(GgmlDType::Q4_1);
+        let err = load_error(&parts.write(&dir, &format!("{name}-q4_1.gguf")));
+        assert!(err.contains("Q4_1"), "{name}: {err}");
         assert!(err.contains(".weight"), "{name}: {err}");
     }
 
     // The experts' 3-D weights are refused like the matrices (only the fused gate/up rows are
-    // whole Q8_0 blocks of 32 in this tiny model).
+    // whole blocks of 32 in this tiny model).
     let mut parts = Parts::read(&gguf_fixture("target-moe"));
     for (name, t) in parts.tensors.iter_mut() {
         if name.ends_with("ffn_gate_up_exps.weight") {
             let dense = t.dequantize(&Device::Cpu).unwrap();
+            *t = QTensor::quantize(&dense, GgmlDType::Q4_1).unwrap();
+        }
+    }
+    let err = load_error(&parts.write(&dir, "experts-q4_1.gguf"));
+    assert!(err.contains("Q4_1"), "{err}");
+    assert!(err.contains("ffn_gate_up_exps.weight"), "{err}");
+
+    // A quantized norm is refused even in a type the matrices may have.
+    let mut parts = Parts::read(&gguf_fixture("target-nople"));
+    for (name, t) in parts.tensors.iter_mut() {
+        if name == "blk.2.ffn_norm.weight" {
+            let dense = t.dequantize(&Device::Cpu).unwrap();
             *t = QTensor::quantize(&dense, GgmlDType::Q8_0).unwrap();
         }
     }
-    let err = load_error(&parts.write(&dir, "experts-q8.gguf"));
+    let err = load_error(&parts.write(&dir, "norm-q8.gguf"));
     assert!(err.contains("Q8_0"), "{err}");
-    assert!(err.contains("ffn_gate_up_exps.weight"), "{err}");
+    assert!(err.contains("blk.2.ffn_norm.weight"), "{err}");
 }
 
 #[test]

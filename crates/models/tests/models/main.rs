@@ -13,6 +13,7 @@ mod gemma4_assistant_mirror;
 mod gemma4_cache;
 mod gemma4_fidelity;
 mod gemma4_gguf;
+mod gemma4_gguf_quantized;
 mod gemma4_loading;
 mod qwen2_real;
 mod qwen2_tiny;

@@ -69,6 +69,47 @@ fn a_gemma4_gguf_target_generates_transformers_greedy_and_drafts_losslessly() {
 }
 
 #[test]
+fn q8_0_gemma4_gguf_targets_generate_and_draft_losslessly() {
+    let dir = fixture("target-full")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("gemma4-gguf");
+    let run = |name: &str, prompt: &[u64], tokens: usize, drafting: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["generate", "--target"])
+            .arg(dir.join(format!("{name}-q8_0.gguf")))
+            .args(drafting)
+            .args(["--prompt-ids", &join(prompt)])
+            .args([
+                "--max-tokens",
+                &tokens.to_string(),
+                "--ignore-eos",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        ids(&json_of(out)["tokens"])
+    };
+    let speculative = ["--draft", "ngram", "--block-size", "4"];
+    // On target-full's long prompt the Q8_0 continuation is transformers' greedy one (the
+    // models crate's tests bound how far Q8_0 moves the logits elsewhere).
+    let prompt = &reference("target-full")["prompts"][2];
+    let want = ids(&prompt["greedy"]);
+    let prompt_ids = ids(&prompt["prompt_ids"]);
+    for drafting in [&["--no-draft"][..], &speculative[..]] {
+        let got = run("target-full", &prompt_ids, want.len(), drafting);
+        assert_eq!(got, want, "target-full {drafting:?}");
+    }
+    // Mixture of experts: speculative output is the plain output.
+    let prompt_ids = ids(&reference("target-moe")["prompts"][1]["prompt_ids"]);
+    let plain = run("target-moe", &prompt_ids, 32, &["--no-draft"]);
+    assert_eq!(plain.len(), 32);
+    assert_eq!(run("target-moe", &prompt_ids, 32, &speculative), plain);
+}
+
+#[test]
 fn bad_prompt_ids_are_refused_with_the_field_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_specd"))
         .args(["generate", "--target"])

@@ -28,7 +28,10 @@
 //!   and `[experts, hidden, I]`), and `router.per_expert_scale` becomes `ffn_down_exps.scale`
 //!   unchanged.
 //!
-//! F32, F16 and BF16 tensors only: quantized tensors are refused by name.
+//! Float tensors (F32, F16, BF16) load as candle tensors. Matrices stored quantized in a format
+//! the CPU engine has kernels for (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K) are handed over as stored, to
+//! be packed for those kernels (the model then runs on the CPU); any other quantized type, or a
+//! quantized tensor where a float one is needed (a norm), is refused naming the tensor and type.
 //!
 //! The tensors and names are here; the configuration from the metadata is in `config.rs`, the
 //! typed metadata reads in `meta.rs`.
@@ -37,6 +40,7 @@ mod assistant;
 mod config;
 mod meta;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -46,7 +50,8 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::{json, Map, Value as Json};
 
 use super::config::{CheckpointLayout, Gemma4TextConfig};
-use crate::checkpoint::{Checkpoint, TensorStore};
+use crate::checkpoint::{Checkpoint, Quantized, TensorStore};
+use crate::cpu::WeightFormat;
 use crate::error::{ModelError, Result};
 use crate::qwen2::GgufFile;
 
@@ -180,6 +185,21 @@ impl TensorStore for GgufStore {
     fn display_name(&self, name: &str) -> String {
         gguf_name(name).unwrap_or_else(|| format!("{name} (no GGUF counterpart)"))
     }
+
+    fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>> {
+        let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
+            name: self.display_name(name),
+        })?;
+        match self.split_gate_up(&gguf) {
+            Some((gate, up)) => self.joined_quantized(&gate, &up),
+            None => self.stored_quantized(&gguf),
+        }
+    }
+}
+
+/// Whether a GGUF type is one of the float types [`GgufStore::dense`] reads.
+fn is_float(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
 }
 
 impl GgufStore {
@@ -193,8 +213,8 @@ impl GgufStore {
             GgmlDType::BF16 => DType::BF16,
             other => {
                 return Err(ModelError::Unsupported(format!(
-                    "{}: tensor {gguf} is {other:?}; Gemma 4 GGUF files load from F32, F16 or \
-                     BF16 tensors only",
+                    "{}: tensor {gguf} is {other:?}; only matrices load from quantized types, \
+                     other Gemma 4 tensors from F32, F16 or BF16",
                     self.file.path().display()
                 )))
             }
@@ -205,6 +225,63 @@ impl GgufStore {
             &raw.dims,
             &Device::Cpu,
         )?)
+    }
+
+    /// A tensor by its GGUF name as stored, when it is quantized in a format with CPU kernels.
+    fn stored_quantized(&self, gguf: &str) -> Result<Option<Quantized<'_>>> {
+        let dims = self.file.tensor_dims(gguf)?;
+        let raw = self.file.raw(gguf, &dims)?;
+        if is_float(raw.dtype) {
+            return Ok(None);
+        }
+        let width = dims.last().copied().unwrap_or(0);
+        match WeightFormat::from_ggml(raw.dtype).filter(|f| f.row_bytes(width).is_some()) {
+            Some(format) => Ok(Some(Quantized {
+                format,
+                dims: raw.dims,
+                bytes: Cow::Borrowed(raw.bytes),
+            })),
+            None => Err(ModelError::Unsupported(format!(
+                "{}: tensor {gguf} is {:?}, a type specd has no CPU kernel for; Gemma 4 GGUF \
+                 matrices load from F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K or Q6_K",
+                self.file.path().display(),
+                raw.dtype
+            ))),
+        }
+    }
+
+    /// Separate quantized expert gate and up tensors `[experts, intermediate, hidden]` as one
+    /// `[experts, 2 * intermediate, hidden]`, each expert's gate rows before its up rows.
+    fn joined_quantized(&self, gate: &str, up: &str) -> Result<Option<Quantized<'_>>> {
+        let (g, u) = (self.stored_quantized(gate)?, self.stored_quantized(up)?);
+        let (g, u) = match (g, u) {
+            (None, None) => return Ok(None),
+            (Some(g), Some(u)) if g.format == u.format && g.dims == u.dims && g.dims.len() == 3 => {
+                (g, u)
+            }
+            _ => {
+                return Err(ModelError::Unsupported(format!(
+                    "{}: tensors {gate} ({}) and {up} ({}) must be stored alike to be joined as \
+                     quantized expert weights",
+                    self.file.path().display(),
+                    self.stored_as(gate),
+                    self.stored_as(up),
+                )))
+            }
+        };
+        let (experts, half) = (g.dims[0], g.dims[1]);
+        let mut bytes = Vec::with_capacity(g.bytes.len() + u.bytes.len());
+        for x in 0..experts {
+            bytes.extend_from_slice(g.rows(x * half, half));
+            bytes.extend_from_slice(u.rows(x * half, half));
+        }
+        let mut dims = g.dims.clone();
+        dims[1] *= 2;
+        Ok(Some(Quantized {
+            format: g.format,
+            dims,
+            bytes: Cow::Owned(bytes),
+        }))
     }
 
     /// The separate expert gate and up tensors standing in for `gguf` when it is a layer's
@@ -237,6 +314,17 @@ impl GgufStore {
             (g.to_dtype(DType::F32)?, u.to_dtype(DType::F32)?)
         };
         Ok(Tensor::cat(&[g, u], 1)?)
+    }
+
+    /// A tensor's stored type and shape, for error messages.
+    fn stored_as(&self, gguf: &str) -> String {
+        match self.file.tensor_dims(gguf) {
+            Ok(dims) => match self.file.raw(gguf, &dims) {
+                Ok(raw) => format!("{:?} {dims:?}", raw.dtype),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        }
     }
 
     fn dims(&self, gguf: &str) -> Result<Vec<usize>> {

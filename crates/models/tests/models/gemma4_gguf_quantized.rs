@@ -1,0 +1,258 @@
+//! Gemma 4 targets from Q8_0 GGUF files written by llama.cpp's converter
+//! (tools/gemma4_gguf_fixtures.sh): the quantized matrices run on the CPU engine's packed
+//! kernels, close to the float checkpoints and with their greedy continuations, and with the
+//! row invariance speculative decoding relies on.
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+use specd_models::gemma4::{
+    BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK,
+};
+
+use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
+
+/// The dense target (per-layer embeddings, tied head) and the mixture-of-experts one.
+const TARGETS: [&str; 2] = ["target-full", "target-moe"];
+
+fn q8_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gemma4-gguf")
+        .join(format!("{name}-q8_0.gguf"))
+}
+
+fn load(path: &std::path::Path) -> Gemma4Model {
+    Gemma4Model::load(path, DType::F32, &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn rows(t: &Tensor) -> Vec<Vec<f32>> {
+    t.to_vec2::<f32>().unwrap()
+}
+
+fn prompts(name: &str) -> Vec<Vec<u32>> {
+    reference(name)["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u32s(&p["prompt_ids"]))
+        .collect()
+}
+
+fn prefilled(model: &Gemma4Model, prompt: &[u32]) -> SequenceCache {
+    let mut cache = model.new_cache(16);
+    model
+        .prefill(&mut cache, prompt, DEFAULT_PREFILL_CHUNK)
+        .unwrap();
+    cache
+}
+
+/// Deterministic pseudo-random token ids in `[3, vocab)`.
+fn tokens(seed: u32, n: usize, vocab: usize) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            3 + x % (vocab as u32 - 3)
+        })
+        .collect()
+}
+
+/// Largest logit difference from the f32 checkpoint allowed at any prompt position, per
+/// target. Q8_0 weights and int8 activations move these random tiny models' logits by 0.04 to
+/// 0.26 (target-full, softcapped at 3) and 0.04 to 0.97 (target-moe, softcapped at 30: 0.97
+/// where a layer's router picks other experts, 0.33 elsewhere). The same weights dequantized
+/// and run in f32 move target-full's as far, so it is the rounding of the weights, not the
+/// kernels. The bounds leave half as much again.
+const Q8_0_LOGIT_BOUNDS: [(&str, f32); 2] = [("target-full", 0.4), ("target-moe", 1.5)];
+
+/// transformers' greedy margin (top logit over the runner-up) above which the Q8_0 model must
+/// choose the same token. Fed transformers' tokens, it chose another only at steps whose
+/// margin was at most 0.26 (out of 384 steps, 22 did).
+const DECIDED_MARGIN: f32 = 0.3;
+
+#[test]
+fn q8_0_targets_stay_close_to_the_float_logits_at_every_position() {
+    for (name, bound) in Q8_0_LOGIT_BOUNDS {
+        let q8 = load(&q8_fixture(name));
+        let f32_model = load(&fixture_dir(name));
+        for ids in prompts(name) {
+            let (mut a, mut b) = (q8.new_cache(16), f32_model.new_cache(16));
+            let got = rows(&q8.logits(&q8.forward_block(&mut a, &ids).unwrap()).unwrap());
+            let want = rows(
+                &f32_model
+                    .logits(&f32_model.forward_block(&mut b, &ids).unwrap())
+                    .unwrap(),
+            );
+            assert_eq!(got.len(), ids.len());
+            for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                let diff = max_abs_diff(g, w);
+                assert!(
+                    diff < bound,
+                    "{name} prompt of {} position {p}: logits differ from f32 by {diff}",
+                    ids.len()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_targets_choose_transformers_greedy_tokens_where_it_is_decided() {
+    let mut decided = 0;
+    for name in TARGETS {
+        let model = load(&q8_fixture(name));
+        for prompt in reference(name)["prompts"].as_array().unwrap() {
+            let label = format!("{name} {}", prompt["name"]);
+            let ids = u32s(&prompt["prompt_ids"]);
+            let want = u32s(&prompt["greedy"]);
+            let margins = f32s(&prompt["greedy_margins"]);
+            let mut cache = model.new_cache(16);
+            let mut hidden = model
+                .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+                .unwrap();
+            // Fed transformers' tokens, so one near tie does not change every later step.
+            for (step, (&token, &margin)) in want.iter().zip(&margins).enumerate() {
+                let got = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
+                if margin > DECIDED_MARGIN {
+                    decided += 1;
+                    assert_eq!(got, token, "{label} step {step} (margin {margin})");
+                }
+                hidden = model.forward_block(&mut cache, &[token]).unwrap();
+            }
+        }
+    }
+    assert_eq!(decided, 144, "steps with a decided greedy token");
+}
+
+#[test]
+fn q8_0_target_full_continues_its_long_prompt_exactly_like_transformers() {
+    // Free-running, all 64 tokens: on this prompt no near tie falls the other way.
+    let model = load(&q8_fixture("target-full"));
+    let prompt = &reference("target-full")["prompts"][2];
+    assert_eq!(prompt["name"], "long");
+    let ids = u32s(&prompt["prompt_ids"]);
+    let want = u32s(&prompt["greedy"]);
+    let mut cache = model.new_cache(16);
+    let hidden = model
+        .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
+        .unwrap();
+    let mut next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
+    let mut got = vec![next];
+    while got.len() < want.len() {
+        let hidden = model.forward_block(&mut cache, &[next]).unwrap();
+        next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
+        got.push(next);
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn q8_0_block_forward_equals_one_token_steps_bit_for_bit() {
+    for name in TARGETS {
+        let model = load(&q8_fixture(name));
+        let vocab = model.config().vocab_size;
+        for prompt in prompts(name) {
+            for bs in [1, 2, 4, 8, 16] {
+                let block = tokens(bs as u32 + prompt.len() as u32, bs, vocab);
+                let mut block_cache = prefilled(&model, &prompt);
+                let block_hidden = rows(&model.forward_block(&mut block_cache, &block).unwrap());
+                let mut step_cache = prefilled(&model, &prompt);
+                for (i, &t) in block.iter().enumerate() {
+                    let step_hidden = rows(&model.forward_block(&mut step_cache, &[t]).unwrap());
+                    assert_eq!(
+                        step_hidden[0], block_hidden[i],
+                        "{name} bs {bs}: position {i} differs"
+                    );
+                }
+                let next = |cache: &mut SequenceCache| {
+                    rows(
+                        &model
+                            .logits(&model.forward_block(cache, &[5]).unwrap())
+                            .unwrap(),
+                    )
+                };
+                assert_eq!(
+                    next(&mut block_cache),
+                    next(&mut step_cache),
+                    "{name} bs {bs}: the next step differs"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_batched_forward_equals_each_row_alone() {
+    for name in TARGETS {
+        let model = load(&q8_fixture(name));
+        let vocab = model.config().vocab_size;
+        let ps = prompts(name);
+        let blocks: Vec<Vec<u32>> = [3usize, 1, 8]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| tokens(i as u32 + 40, n, vocab))
+            .collect();
+        let mut batch_caches: Vec<SequenceCache> =
+            ps.iter().map(|p| prefilled(&model, p)).collect();
+        let batched = {
+            let mut inputs: Vec<BlockInput<'_>> = batch_caches
+                .iter_mut()
+                .zip(&blocks)
+                .map(|(cache, b)| BlockInput { cache, tokens: b })
+                .collect();
+            model.forward(&mut inputs, OutputRows::All).unwrap()
+        };
+        for (r, p) in ps.iter().enumerate() {
+            let mut alone = prefilled(&model, p);
+            let solo = rows(&model.forward_block(&mut alone, &blocks[r]).unwrap());
+            assert_eq!(rows(&batched[r]), solo, "{name} row {r} differs alone");
+            let next = [4u32, 5];
+            assert_eq!(
+                rows(&model.forward_block(&mut batch_caches[r], &next).unwrap()),
+                rows(&model.forward_block(&mut alone, &next).unwrap()),
+                "{name} row {r}: the cache a batch leaves differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn q8_0_prefill_in_chunks_equals_one_forward() {
+    // Packed weights are row-exact at any row count, so chunking a prefill changes no bit.
+    for name in TARGETS {
+        let model = load(&q8_fixture(name));
+        let ids = prompts(name).pop().unwrap();
+        let last = |chunk: usize| {
+            let mut cache = model.new_cache(16);
+            let hidden = model.prefill(&mut cache, &ids, chunk).unwrap();
+            rows(&model.logits(&hidden).unwrap())
+        };
+        let whole = last(DEFAULT_PREFILL_CHUNK);
+        for chunk in [1, 5, 7] {
+            assert_eq!(last(chunk), whole, "{name}: chunks of {chunk}");
+        }
+    }
+}
+
+#[test]
+fn q8_0_embeddings_decode_the_looked_up_rows() {
+    // The quantized table decodes to within half a Q8_0 step of the f32 weights.
+    let q8 = load(&q8_fixture("target-full"));
+    let f32_model = load(&fixture_dir("target-full"));
+    for token in [0usize, 2, 17, 255] {
+        let got: Vec<f32> = q8.embedding_table().get(token).unwrap().to_vec1().unwrap();
+        let want: Vec<f32> = f32_model
+            .embedding_table()
+            .get(token)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let step = want.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= step, "token {token}: {diff} from f32 (step {step})");
+    }
+    assert!(q8.embedding_table().get(256).is_err());
+}
