@@ -316,6 +316,8 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             ));
         }
         let runner_ups = step.branches > 0;
+        // Copies kept for branches this round will not make are given back.
+        session.spares.truncate(step.branches);
         let mut predraft = std::mem::take(&mut session.predraft);
         session.start = DraftStart::Fresh;
         let candidate = session.candidate.take();

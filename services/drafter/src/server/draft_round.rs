@@ -106,11 +106,7 @@ pub(crate) fn draft_round<E: DraftEngine>(
         position: request.position as usize,
         count: request.count as usize,
         output_index_base: u64::from(request.output_index_base),
-        branches: if request.predraft {
-            request.predraft_branches as usize
-        } else {
-            0
-        },
+        branches: request.predraft_branches as usize,
     };
     let SessionEntry { session, .. } = &mut *entry;
     let mut drafts = engine.draft(session, step).map_err(status_of)?;

@@ -121,19 +121,25 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         request: Request<DraftRequest>,
     ) -> Result<Response<DraftResponse>, Status> {
         let started = std::time::Instant::now();
-        let request = request.into_inner();
+        let mut request = request.into_inner();
         record::wire_bytes("draft", Direction::Received, request.encoded_len());
         check_request(&request, &self.info)?;
         let (id, entry) = self.sessions.get(&request.session_id)?;
         // The session's committed tokens, then the drafts of this round; a pre-draft's
         // rejection branches each hold a copy.
-        let branches = if request.predraft {
-            request.predraft_branches as usize
-        } else {
-            0
-        };
-        let tokens = (request.position as usize + 1 + request.count as usize) * (1 + branches);
-        self.sessions.hold(id, tokens, self.config.max_kv_tokens)?;
+        let tokens = request.position as usize + 1 + request.count as usize;
+        let budget = self.config.max_kv_tokens;
+        if !request.predraft {
+            request.predraft_branches = 0;
+        }
+        let branched = tokens * (1 + request.predraft_branches as usize);
+        if request.predraft_branches > 0 && self.sessions.hold(id, branched, budget).is_err() {
+            // Branches only save time: without room for their copies, pre-draft without them.
+            request.predraft_branches = 0;
+        }
+        if request.predraft_branches == 0 {
+            self.sessions.hold(id, tokens, budget)?;
+        }
         let engine = self.engine.clone();
         let info = self.info.clone();
         let (round, count, predraft) = (request.round, request.count as usize, request.predraft);

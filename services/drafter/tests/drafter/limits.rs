@@ -136,3 +136,60 @@ async fn draft_model_sessions_share_a_kv_budget() {
         .unwrap();
     open(12).await.unwrap();
 }
+
+#[tokio::test]
+async fn pre_draft_branches_take_budget_only_when_it_has_room() {
+    let config = DrafterServerConfig {
+        max_kv_tokens: Some(40),
+        ..DrafterServerConfig::default()
+    };
+    let server = TestDrafter::start_with(DrafterKind::DraftModel, config).await;
+    let mut client = server.client().await;
+    let open = |len, client: &mut specd_wire::drafter::DrafterClient<_>| {
+        let mut client = client.clone();
+        async move {
+            client
+                .open(tokio_stream::iter(token_open(len)))
+                .await
+                .map(|r| r.into_inner().session_id)
+        }
+    };
+    let first = open(12, &mut client).await.unwrap();
+    let too_many = DraftRequest {
+        predraft: true,
+        predraft_branches: 1000,
+        ..token_draft(&first, 11, 4)
+    };
+    let err = client.draft(too_many).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().starts_with("predraft_branches"), "{err}");
+    // Three copies of 16 positions do not fit beside the session's own: it pre-drafts
+    // without branches and holds its 16 positions only.
+    let branched = DraftRequest {
+        predraft: true,
+        predraft_branches: 3,
+        ..token_draft(&first, 11, 4)
+    };
+    client.draft(branched.clone()).await.unwrap();
+    open(24, &mut client).await.unwrap();
+    let err = open(1, &mut client).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    // With room, each branch's copy is held.
+    let config = DrafterServerConfig {
+        max_kv_tokens: Some(100),
+        ..DrafterServerConfig::default()
+    };
+    let server = TestDrafter::start_with(DrafterKind::DraftModel, config).await;
+    let mut client = server.client().await;
+    let first = open(12, &mut client).await.unwrap();
+    client
+        .draft(DraftRequest {
+            session_id: first,
+            ..branched
+        })
+        .await
+        .unwrap();
+    let err = open(37, &mut client).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    open(36, &mut client).await.unwrap();
+}
