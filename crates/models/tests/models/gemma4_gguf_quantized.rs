@@ -1,7 +1,8 @@
 //! Gemma 4 targets from Q8_0 GGUF files written by llama.cpp's converter
-//! (tools/gemma4_gguf_fixtures.sh): the quantized matrices run on the CPU engine's packed
-//! kernels, close to the float checkpoints and with their greedy continuations, and with the
-//! row invariance speculative decoding relies on.
+//! (tools/gemma4_gguf_fixtures.sh), and from Q4_0 / Q5_0 re-encodings of the F32 ones: the
+//! quantized matrices run on the CPU engine's packed kernels, close to the float checkpoints
+//! and with their greedy continuations, and with the row invariance speculative decoding
+//! relies on.
 
 use std::path::PathBuf;
 
@@ -255,4 +256,64 @@ fn q8_0_embeddings_decode_the_looked_up_rows() {
         assert!(diff <= step, "token {token}: {diff} from f32 (step {step})");
     }
     assert!(q8.embedding_table().get(256).is_err());
+}
+
+/// Largest logit difference between a file's packed weights and the same weights dequantized
+/// and run in f32: int8 activations moved them by at most 0.30 (target-moe, Q4_0).
+const PACKED_VS_DEQUANTIZED_BOUND: f32 = 0.5;
+
+#[test]
+fn q4_0_and_q5_0_files_match_their_dequantized_weights() {
+    use crate::common::gguf_parts::Parts;
+    use crate::common::tempdir::TempDir;
+    use candle_core::quantized::{GgmlDType, QTensor};
+
+    let dir = TempDir::new("gemma4-gguf-q4");
+    let encode = |parts: &mut Parts, dtype: GgmlDType, all: bool| {
+        for (_, t) in parts.tensors.iter_mut() {
+            let dims = t.shape().dims().to_vec();
+            if all || (dims.len() >= 2 && dims[dims.len() - 1] % 32 == 0) {
+                let dense = t.dequantize(&Device::Cpu).unwrap();
+                *t = QTensor::quantize(&dense, dtype).unwrap();
+            }
+        }
+    };
+    for name in TARGETS {
+        let ids = prompts(name).remove(1);
+        let f32_file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/gemma4-gguf/{name}-f32.gguf"));
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q5_0] {
+            // Every matrix and expert weight whose rows are whole 32-value blocks, as a
+            // converter writes them; then the same values back in F32.
+            let mut parts = Parts::read(&f32_file);
+            encode(&mut parts, dtype, false);
+            let packed = load(&parts.write(&dir, &format!("{name}-{dtype:?}.gguf")));
+            encode(&mut parts, GgmlDType::F32, true);
+            let dense = load(&parts.write(&dir, &format!("{name}-{dtype:?}-f32.gguf")));
+            let logits = |model: &Gemma4Model| {
+                let mut cache = model.new_cache(16);
+                rows(
+                    &model
+                        .logits(&model.forward_block(&mut cache, &ids).unwrap())
+                        .unwrap(),
+                )
+            };
+            for (p, (g, w)) in logits(&packed).iter().zip(&logits(&dense)).enumerate() {
+                let diff = max_abs_diff(g, w);
+                assert!(
+                    diff < PACKED_VS_DEQUANTIZED_BOUND,
+                    "{name} {dtype:?} position {p}: {diff} from the dequantized weights"
+                );
+            }
+
+            let block = tokens(9, 4, packed.config().vocab_size);
+            let mut block_cache = prefilled(&packed, &ids);
+            let block_hidden = rows(&packed.forward_block(&mut block_cache, &block).unwrap());
+            let mut step_cache = prefilled(&packed, &ids);
+            for (i, &t) in block.iter().enumerate() {
+                let step = rows(&packed.forward_block(&mut step_cache, &[t]).unwrap());
+                assert_eq!(step[0], block_hidden[i], "{name} {dtype:?}: position {i}");
+            }
+        }
+    }
 }
