@@ -6,7 +6,7 @@
 # Usage: tools/build_llamacpp.sh [DIR]
 #   DIR defaults to ${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}.
 # Prints the directory holding the binaries (llama-bench, llama-completion,
-# llama-speculative, llama-speculative-simple, llama-lookup) on stdout. Idempotent: a finished
+# llama-speculative, llama-speculative-simple, llama-lookup, llama-tokenize) on stdout. Idempotent: a finished
 # build is reused, an interrupted one resumed, and a build that lacks a target (one made
 # before that target was added here) builds only the missing one.
 #
@@ -22,9 +22,10 @@ set -euo pipefail
 source "$(dirname "$0")/llamacpp_source.sh"
 readonly COMMIT=0c1e57098
 # llama-lookup is llama.cpp's prompt-lookup decoding (examples/lookup): n-gram drafts from the
-# prompt and the text so far, no draft model.
+# prompt and the text so far, no draft model. llama-tokenize gives the reference encodings of
+# the Gemma 4 tokenizer fixture (gemma4_tokenizer_fixture.sh).
 readonly TARGETS=(llama-bench llama-completion llama-speculative llama-speculative-simple
-    llama-lookup)
+    llama-lookup llama-tokenize)
 
 log() { echo "build_llamacpp: $*" >&2; }
 

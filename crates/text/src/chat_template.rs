@@ -8,7 +8,7 @@ use minijinja::{context, Environment, ErrorKind};
 use serde::Serialize;
 
 use crate::error::{Result, TextError};
-use crate::gguf_metadata::Metadata;
+use crate::gguf_metadata::{string_array, value_usize, Metadata};
 
 /// The Qwen 2.5 chat template, used when the GGUF carries none.
 pub const QWEN2_5_CHAT_TEMPLATE: &str = include_str!("qwen2_5_chat_template.jinja");
@@ -93,6 +93,35 @@ impl ChatTemplate {
                 Self::qwen2_5()
             }
         }
+    }
+
+    /// The chat template of a GGUF target, `{{ bos_token }}` and `{{ eos_token }}` rendering
+    /// as the tokens the file's bos/eos ids name (Gemma 4's template opens with the BOS). A
+    /// file without a template gets the Qwen 2.5 one when its vocabulary is byte-level BPE
+    /// (the Qwen family), and none otherwise.
+    pub fn for_gguf_target(metadata: &Metadata) -> Result<Option<Self>> {
+        let byte_level = matches!(
+            metadata.get("tokenizer.ggml.model"),
+            Some(Value::String(model)) if model == "gpt2"
+        );
+        if !byte_level && !metadata.contains_key("tokenizer.chat_template") {
+            return Ok(None);
+        }
+        let template = Self::from_gguf_metadata(metadata)?;
+        let token = |field: &str| -> Result<String> {
+            let Some(value) = metadata.get(field) else {
+                return Ok(String::new());
+            };
+            let id = value_usize(value, field)?;
+            let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
+            tokens.get(id).map(|t| t.to_string()).ok_or_else(|| {
+                TextError::field(field, format!("{id} is past the {} tokens", tokens.len()))
+            })
+        };
+        Ok(Some(template.with_special_tokens(
+            token("tokenizer.ggml.bos_token_id")?,
+            token("tokenizer.ggml.eos_token_id")?,
+        )))
     }
 
     pub fn qwen2_5() -> Result<Self> {

@@ -1,9 +1,10 @@
-//! A GGUF model's byte-level BPE tokenizer (the `gpt2` model with the `qwen2` pre-tokenizer):
-//! from a `tokenizer.json` beside the model when there is one, otherwise rebuilt from the
-//! GGUF `tokenizer.ggml.*` metadata.
+//! A GGUF model's tokenizer: from a `tokenizer.json` beside the model when there is one,
+//! otherwise rebuilt from the GGUF `tokenizer.ggml.*` metadata, for the byte-level BPE of the
+//! Qwen2 family (`gpt2` with the `qwen2` pre-tokenizer) and Gemma 4's (`gemma4`).
 
 use std::path::Path;
 
+use candle_core::quantized::gguf_file::Value;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::NFC;
@@ -13,6 +14,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::error::{Result, TextError};
+use crate::gemma4_tokenizer::{self, GEMMA4_STOP_TOKENS};
 use crate::gguf_metadata::{meta_str, read_metadata, string_array, value_usize, Metadata};
 
 /// The `qwen2` pre-tokenizer split (as in Qwen2's tokenizer.json and llama.cpp).
@@ -22,6 +24,7 @@ pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p
 pub const QWEN_STOP_TOKENS: [&str; 2] = ["<|im_end|>", "<|endoftext|>"];
 
 /// GGUF token types (llama.cpp `llama_token_type`).
+const TOKEN_TYPE_UNKNOWN: usize = 2;
 const TOKEN_TYPE_CONTROL: usize = 3;
 const TOKEN_TYPE_USER_DEFINED: usize = 4;
 
@@ -56,112 +59,38 @@ impl GgufTokenizer {
 
     /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,token_type,merges}`.
     pub fn from_gguf_metadata(metadata: &Metadata) -> Result<Self> {
-        let model = meta_str(metadata, "tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(TextError::field(
-                "tokenizer.ggml.model",
-                format!("expected \"gpt2\" (byte-level BPE), found {model:?}"),
-            ));
-        }
-        let pre = meta_str(metadata, "tokenizer.ggml.pre")?;
-        if pre != "qwen2" {
-            return Err(TextError::field(
-                "tokenizer.ggml.pre",
-                format!("unsupported pre-tokenizer {pre:?} (expected \"qwen2\")"),
-            ));
-        }
-        let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
-        let merges = string_array(metadata, "tokenizer.ggml.merges")?;
-        let types = crate::gguf_metadata::array(metadata, "tokenizer.ggml.token_type")?;
-        if types.len() != tokens.len() {
-            return Err(TextError::field(
-                "tokenizer.ggml.token_type",
-                format!("{} entries for {} tokens", types.len(), tokens.len()),
-            ));
-        }
-
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| (t.to_string(), id as u32))
-            .collect();
-        if vocab.len() != tokens.len() {
-            return Err(TextError::field(
-                "tokenizer.ggml.tokens",
-                "contains duplicate tokens",
-            ));
-        }
-        let merges = merges
-            .iter()
-            .enumerate()
-            .map(|(i, m)| match m.split_once(' ') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
-                    Ok((a.to_string(), b.to_string()))
-                }
-                _ => Err(TextError::field(
-                    &format!("tokenizer.ggml.merges[{i}]"),
-                    format!("{m:?} is not two tokens separated by one space"),
-                )),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| {
-                TextError::tokenizer(
-                    "building the BPE model from tokenizer.ggml.tokens/merges",
-                    e,
-                )
-            })?;
-
-        let split = Split::new(
-            SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| TextError::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
-        let pre_tokenizer = Sequence::new(vec![
-            split.into(),
-            ByteLevel::new(false, false, false).into(),
-        ]);
-
-        let mut inner = Tokenizer::new(bpe);
-        inner
-            .with_normalizer(Some(NFC))
-            .with_pre_tokenizer(Some(pre_tokenizer))
-            .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
-
-        // Control tokens are special (skipped by `decode(.., true)`); user-defined ones such as
-        // <tool_call> are added tokens that decode as text, as in Qwen's tokenizer.json.
-        let mut special = Vec::new();
-        let mut user_defined = Vec::new();
-        for (i, (token, kind)) in tokens.iter().zip(types).enumerate() {
-            match value_usize(kind, &format!("tokenizer.ggml.token_type[{i}]"))? {
-                TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.to_string(), true)),
-                TOKEN_TYPE_USER_DEFINED => {
-                    user_defined.push(AddedToken::from(token.to_string(), false).normalized(false))
-                }
-                _ => {}
+        let inner = match meta_str(metadata, "tokenizer.ggml.model")? {
+            "gpt2" => byte_level_bpe(metadata)?,
+            "gemma4" => gemma4_tokenizer::from_gguf_metadata(metadata)?,
+            model => {
+                return Err(TextError::field(
+                    "tokenizer.ggml.model",
+                    format!(
+                        "expected \"gpt2\" (byte-level BPE) or \"gemma4\" (Gemma 4's \
+                         SentencePiece-style BPE), found {model:?}"
+                    ),
+                ))
             }
-        }
-        inner.add_special_tokens(&special);
-        inner.add_tokens(&user_defined);
-        tracing::info!(
-            tokens = tokens.len(),
-            special = special.len(),
-            "tokenizer from GGUF metadata"
-        );
+        };
         Self::with_stop_ids(inner, metadata)
     }
 
     fn with_stop_ids(inner: Tokenizer, metadata: &Metadata) -> Result<Self> {
         let mut eos_token_ids = Vec::new();
-        for field in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+        for field in [
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.eom_token_id",
+        ] {
             if let Some(value) = metadata.get(field) {
                 eos_token_ids.push(value_usize(value, field)? as u32);
             }
         }
-        eos_token_ids.extend(QWEN_STOP_TOKENS.iter().filter_map(|t| inner.token_to_id(t)));
+        let named: &[&str] = match meta_str(metadata, "tokenizer.ggml.model") {
+            Ok("gemma4") => &GEMMA4_STOP_TOKENS,
+            _ => &QWEN_STOP_TOKENS,
+        };
+        eos_token_ids.extend(named.iter().filter_map(|t| inner.token_to_id(t)));
         eos_token_ids.sort_unstable();
         eos_token_ids.dedup();
         if eos_token_ids.is_empty() {
@@ -175,8 +104,9 @@ impl GgufTokenizer {
         })
     }
 
-    /// Token ids of `text`; special tokens written in the text (e.g. `<|im_start|>`) map to
-    /// their single ids. Qwen adds no BOS.
+    /// Token ids of `text`, without a BOS (Qwen adds none; Gemma 4's comes from
+    /// [`TargetText::encode`](crate::TargetText::encode)); special tokens written in the text
+    /// (e.g. `<|im_start|>`) map to their single ids.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let encoding = self
             .inner
@@ -191,7 +121,9 @@ impl GgufTokenizer {
             .map_err(|e| TextError::tokenizer("decoding ids", e))
     }
 
-    /// Ids that end a generation (`<|im_end|>`, `<|endoftext|>` and the GGUF eos/eot).
+    /// Ids that end a generation: the GGUF eos/eot/eom and, where the vocabulary has them, the
+    /// family's terminators (Qwen's `<|im_end|>`, `<|endoftext|>`; Gemma 4's `<eos>`,
+    /// `<turn|>`, `<|tool_response>`).
     pub fn eos_token_ids(&self) -> &[u32] {
         &self.eos_token_ids
     }
@@ -220,4 +152,121 @@ impl GgufTokenizer {
     pub fn into_inner(self) -> Tokenizer {
         self.inner
     }
+}
+
+/// The Qwen2 family's byte-level BPE (`gpt2` with the `qwen2` pre-tokenizer).
+fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
+    let pre = meta_str(metadata, "tokenizer.ggml.pre")?;
+    if pre != "qwen2" {
+        return Err(TextError::field(
+            "tokenizer.ggml.pre",
+            format!("unsupported pre-tokenizer {pre:?} (expected \"qwen2\")"),
+        ));
+    }
+    let (tokens, types) = gguf_vocabulary(metadata)?;
+    let merges = string_array(metadata, "tokenizer.ggml.merges")?;
+
+    let vocab = bpe_vocab(&tokens)?;
+    let merges = merges
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match m.split_once(' ') {
+            Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
+                Ok((a.to_string(), b.to_string()))
+            }
+            _ => Err(TextError::field(
+                &format!("tokenizer.ggml.merges[{i}]"),
+                format!("{m:?} is not two tokens separated by one space"),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| {
+            TextError::tokenizer(
+                "building the BPE model from tokenizer.ggml.tokens/merges",
+                e,
+            )
+        })?;
+
+    let split = Split::new(
+        SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| TextError::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
+    let pre_tokenizer = Sequence::new(vec![
+        split.into(),
+        ByteLevel::new(false, false, false).into(),
+    ]);
+
+    let mut inner = Tokenizer::new(bpe);
+    inner
+        .with_normalizer(Some(NFC))
+        .with_pre_tokenizer(Some(pre_tokenizer))
+        .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
+
+    let special = add_gguf_special_tokens(&mut inner, &tokens, types)?;
+    tracing::info!(
+        tokens = tokens.len(),
+        special,
+        "tokenizer from GGUF metadata"
+    );
+    Ok(inner)
+}
+
+/// `tokenizer.ggml.tokens` and their `tokenizer.ggml.token_type`, one type per token.
+pub(crate) fn gguf_vocabulary(metadata: &Metadata) -> Result<(Vec<&str>, &[Value])> {
+    let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
+    let types = crate::gguf_metadata::array(metadata, "tokenizer.ggml.token_type")?;
+    if types.len() != tokens.len() {
+        return Err(TextError::field(
+            "tokenizer.ggml.token_type",
+            format!("{} entries for {} tokens", types.len(), tokens.len()),
+        ));
+    }
+    Ok((tokens, types))
+}
+
+/// Token to id, ids numbering the tokens in order.
+pub(crate) fn bpe_vocab(tokens: &[&str]) -> Result<Vocab> {
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, t)| (t.to_string(), id as u32))
+        .collect();
+    if vocab.len() != tokens.len() {
+        return Err(TextError::field(
+            "tokenizer.ggml.tokens",
+            "contains duplicate tokens",
+        ));
+    }
+    Ok(vocab)
+}
+
+/// Makes the vocabulary's control and unknown tokens special (matched whole in the text,
+/// skipped by `decode(.., true)`) and its user-defined ones, such as Qwen's `<tool_call>`,
+/// added tokens that decode as text, as llama.cpp treats them. Returns how many are special.
+pub(crate) fn add_gguf_special_tokens(
+    inner: &mut Tokenizer,
+    tokens: &[&str],
+    types: &[Value],
+) -> Result<usize> {
+    let mut special = Vec::new();
+    let mut user_defined = Vec::new();
+    for (i, (token, kind)) in tokens.iter().zip(types).enumerate() {
+        match value_usize(kind, &format!("tokenizer.ggml.token_type[{i}]"))? {
+            TOKEN_TYPE_UNKNOWN | TOKEN_TYPE_CONTROL => {
+                special.push(AddedToken::from(token.to_string(), true))
+            }
+            TOKEN_TYPE_USER_DEFINED => {
+                user_defined.push(AddedToken::from(token.to_string(), false).normalized(false))
+            }
+            _ => {}
+        }
+    }
+    inner.add_special_tokens(&special);
+    inner.add_tokens(&user_defined);
+    Ok(special.len())
 }

@@ -9,12 +9,14 @@
 mod chat_template;
 mod checkpoint_files;
 mod error;
+mod gemma4_tokenizer;
 mod gguf_metadata;
 mod gguf_tokenizer;
 mod target_text;
 
 pub use chat_template::{ChatMessage, ChatTemplate, QWEN2_5_CHAT_TEMPLATE};
 pub use error::{Result, TextError};
+pub use gemma4_tokenizer::GEMMA4_STOP_TOKENS;
 pub use gguf_metadata::{read_metadata, Metadata};
 pub use gguf_tokenizer::{GgufTokenizer, QWEN2_SPLIT_REGEX, QWEN_STOP_TOKENS};
 pub use target_text::{TargetText, END_OF_TURN_TOKENS};

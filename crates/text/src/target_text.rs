@@ -81,18 +81,19 @@ impl TargetText {
     }
 
     /// The tokenizer, stop ids and chat template of a GGUF model (`tokenizer.json` beside
-    /// the file when present, else rebuilt from the metadata; the Qwen 2.5 template when the
-    /// file has none). Decoded text leaves out special tokens.
+    /// the file when present, else rebuilt from the metadata; see
+    /// [`ChatTemplate::for_gguf_target`] for the template). Decoded text leaves out special
+    /// tokens.
     pub fn from_gguf(path: &Path) -> Result<Self> {
         let metadata = read_metadata(path)?;
         let tokenizer = GgufTokenizer::for_model_with(path, &metadata)?;
-        let template = ChatTemplate::from_gguf_metadata(&metadata)?;
+        let template = ChatTemplate::for_gguf_target(&metadata)?;
         let eos_token_ids = tokenizer.eos_token_ids().to_vec();
         let tokenizer = tokenizer.into_inner();
         let end_of_turn_ids = end_of_turn(&eos_token_ids, &tokenizer, None);
         Ok(Self {
             tokenizer: Some(tokenizer),
-            template: Some(template),
+            template,
             eos_token_ids,
             end_of_turn_ids,
             skip_special_tokens: true,
