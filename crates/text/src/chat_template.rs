@@ -1,5 +1,6 @@
 //! The chat prompt: the model's own Jinja chat template (`tokenizer.chat_template`), rendered
-//! with minijinja under the settings Hugging Face uses (trim_blocks, lstrip_blocks).
+//! with minijinja under the settings Hugging Face uses (trim_blocks, lstrip_blocks) and with
+//! the Python string, list and dict methods templates call.
 
 use candle_core::quantized::gguf_file::Value;
 use minijinja::syntax::SyntaxConfig;
@@ -59,6 +60,9 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()?;
         env.set_syntax(syntax);
+        // Templates are written for Python's Jinja: Gemma 4's calls str.split on assistant
+        // turns, others str.strip, dict.items and the like.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
             |message: String| -> std::result::Result<String, minijinja::Error> {

@@ -268,4 +268,16 @@ fn gemma4_real_vocabulary_matches_llama_cpps_tokenizer_tests() {
     let ids = text.encode_chat(&messages).unwrap();
     assert_eq!(ids[..2], [id("<bos>"), id("<|turn>")]);
     assert_eq!(ids.iter().filter(|&&i| i == id("<bos>")).count(), 1);
+
+    // An assistant turn goes through the template's str.split (its thinking is cut out).
+    let messages = [
+        ChatMessage::user("Hi"),
+        ChatMessage::assistant("<|channel>thought\nGreet back.<channel|>Hello!"),
+        ChatMessage::user("Bye"),
+    ];
+    assert_eq!(
+        text.render_chat(&messages).unwrap(),
+        "<bos><|turn>user\nHi<turn|>\n<|turn>model\nHello!<turn|>\n<|turn>user\nBye<turn|>\n\
+         <|turn>model\n<|channel>thought\n<channel|>"
+    );
 }

@@ -188,6 +188,13 @@ fn chat_template_comes_from_metadata_or_falls_back_to_qwen_2_5() {
         "[system] Be brief.\n[user] Hi\n>"
     );
 
+    // Python's string methods, which templates written for Jinja call.
+    let python = ChatTemplate::new(
+        "{% for m in messages %}{{ m.content.split(' ')[0].upper() }}|{{ m.role.strip('sy') }};{% endfor %}",
+    )
+    .unwrap();
+    assert_eq!(python.render(&messages, false).unwrap(), "BE|tem;HI|user;");
+
     let raising = ChatTemplate::new("{{ raise_exception('roles must alternate') }}").unwrap();
     let err = raising.render(&messages, true).unwrap_err();
     assert!(err.to_string().contains("roles must alternate"), "{err}");
