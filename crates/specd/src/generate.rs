@@ -256,7 +256,7 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
         (None, None) if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
         (None, None) => DrafterChoice::None,
     };
-    generate_with(&args, &verifier, prompt_ids, &text, true, drafter)
+    generate_with(&args, &verifier, prompt_ids, &text, true, &[], drafter)
 }
 
 /// A Gemma 4 target: a checkpoint directory or a GGUF file.
@@ -291,6 +291,12 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
         (None, None) => DrafterChoice::None,
     };
     let has_text = tokenizer.is_some();
+    // The tokenizer may know more ends than the model's config: a Gemma 4 GGUF's <turn|> and
+    // <|tool_response>, where llama.cpp stops too.
+    let text_eos_ids = tokenizer
+        .as_ref()
+        .map(|t| t.eos_token_ids().to_vec())
+        .unwrap_or_default();
     let detokenizer: Box<dyn Detokenizer> = match tokenizer {
         Some(t) => Box::new(t),
         None => Box::new(TargetText::without_tokenizer(Vec::new())),
@@ -301,6 +307,7 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
         prompt_ids,
         detokenizer.as_ref(),
         has_text,
+        &text_eos_ids,
         drafter,
     )
 }
@@ -333,6 +340,7 @@ fn generate_with<T: TargetModel>(
     prompt_ids: Vec<u32>,
     detokenizer: &dyn Detokenizer,
     has_text: bool,
+    text_eos_ids: &[u32],
     drafter: DrafterChoice<'_>,
 ) -> Result<()> {
     let block_size = match drafter {
@@ -347,6 +355,12 @@ fn generate_with<T: TargetModel>(
             None => BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation),
         },
     };
+    let mut eos_token_ids = verifier.target().eos_token_ids();
+    for &id in text_eos_ids {
+        if !eos_token_ids.contains(&id) {
+            eos_token_ids.push(id);
+        }
+    }
     let request = GenerationRequest {
         seq: SeqId(1),
         session: SessionId(1),
@@ -359,7 +373,7 @@ fn generate_with<T: TargetModel>(
         },
         stop: StopConditions {
             max_tokens: args.max_tokens,
-            eos_token_ids: verifier.target().eos_token_ids(),
+            eos_token_ids,
             ignore_eos: args.ignore_eos,
             stop_token_ids: Vec::new(),
             stop_strings: args.stop.clone(),

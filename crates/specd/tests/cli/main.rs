@@ -9,6 +9,7 @@ mod draft;
 mod drain;
 mod embedded_speculation;
 mod failover;
+mod gemma4_text;
 mod generate;
 mod health;
 mod real_pair;

@@ -1,0 +1,128 @@
+//! `specd generate` on a Gemma 4 GGUF carrying Gemma 4's tokenizer (`tokenizer.ggml.model =
+//! gemma4`): a text prompt becomes the ids llama.cpp's llama-tokenize gives, and the output
+//! comes with its text. The target is made here from the converted tiny target-full: its
+//! embedding tables are repeated up to the 1,024 tokens of the Gemma 4-style tokenizer fixture
+//! of crates/text (tools/gemma4_tokenizer_fixture.py), whose `tokenizer.*` metadata replaces
+//! the stub tokenizer's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use candle_core::quantized::gguf_file::{self, Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use specd_text::TargetText;
+
+use crate::common::{gguf_fixture, ids, join, json_of};
+
+fn text_fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../text/tests/fixtures")
+}
+
+/// Tables with a row per token.
+const VOCAB_TABLES: [&str; 2] = ["token_embd.weight", "per_layer_token_embd.weight"];
+
+fn target_with_gemma4_tokenizer(dir: &Path) -> PathBuf {
+    let source = gguf_fixture("target-full");
+    let mut model = std::fs::File::open(&source).unwrap();
+    let content = Content::read(&mut model).unwrap();
+    let tokenizer =
+        specd_text::read_metadata(&text_fixtures().join("gemma4-tokenizer.gguf")).unwrap();
+    let Some(Value::Array(tokens)) = tokenizer.get("tokenizer.ggml.tokens") else {
+        panic!("the tokenizer fixture has no tokens");
+    };
+    let vocab = tokens.len();
+
+    let mut metadata: Vec<(&str, &Value)> = content
+        .metadata
+        .iter()
+        .filter(|(key, _)| !key.starts_with("tokenizer."))
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    metadata.extend(
+        tokenizer
+            .iter()
+            .filter(|(key, _)| key.starts_with("tokenizer."))
+            .map(|(k, v)| (k.as_str(), v)),
+    );
+    let mut tensors = Vec::new();
+    for name in content.tensor_infos.keys() {
+        let mut tensor = content.tensor(&mut model, name, &Device::Cpu).unwrap();
+        if VOCAB_TABLES.contains(&name.as_str()) {
+            let rows = tensor.dequantize(&Device::Cpu).unwrap();
+            let copies = vocab / rows.dim(0).unwrap();
+            let widened = Tensor::cat(&vec![&rows; copies], 0).unwrap();
+            assert_eq!(widened.dim(0).unwrap(), vocab, "{name}");
+            tensor = QTensor::quantize(&widened, GgmlDType::F32).unwrap();
+        }
+        tensors.push((name.as_str(), tensor));
+    }
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let path = dir.join("target-full-gemma4-tokenizer.gguf");
+    gguf_file::write(
+        &mut std::fs::File::create(&path).unwrap(),
+        &metadata,
+        &tensors,
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_gemma4_gguf_with_its_tokenizer_takes_text_prompts_and_gives_text() {
+    let dir = std::env::temp_dir().join(format!("specd-cli-gemma4-text-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = target_with_gemma4_tokenizer(&dir);
+    let references: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(text_fixtures().join("gemma4-tokenizer.references.json")).unwrap(),
+    )
+    .unwrap();
+    let reference = references["encodings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == "one\n\ntwo\n\n\nthree")
+        .unwrap();
+
+    let generate = |prompt: &[&str], drafting: &[&str], ignore_eos: bool| {
+        let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["generate", "--target"])
+            .arg(&target)
+            .args(prompt)
+            .args(drafting)
+            .args(["--max-tokens", "20", "--json"])
+            .args(ignore_eos.then_some("--ignore-eos"))
+            .output()
+            .unwrap();
+        json_of(out)
+    };
+    let prompt_ids = join(&ids(&reference["ids"]));
+    let text = reference["text"].as_str().unwrap();
+    let by_ids = generate(&["--prompt-ids", &prompt_ids], &["--no-draft"], true);
+    let by_text = generate(&["--prompt", text], &["--no-draft"], true);
+    // The text prompt is llama.cpp's encoding, BOS included: the same continuation, and text.
+    assert_eq!(by_text["tokens"], by_ids["tokens"]);
+    assert_eq!(by_text["text"], by_ids["text"]);
+    assert!(!by_text["text"].as_str().unwrap().is_empty());
+    // Speculation keeps the tokens and the text.
+    let speculative = generate(
+        &["--prompt", text],
+        &["--draft", "ngram", "--block-size", "4"],
+        true,
+    );
+    assert_eq!(speculative["tokens"], by_text["tokens"]);
+    assert_eq!(speculative["text"], by_text["text"]);
+
+    // Without --ignore-eos the run ends at the first of the tokenizer's stop ids (<eos>,
+    // <turn|>, <|tool_response>), whatever the model config's eos id is.
+    let stops = TargetText::load(&target).unwrap().eos_token_ids().to_vec();
+    let all = ids(&by_text["tokens"]);
+    let first_stop = all
+        .iter()
+        .position(|&id| stops.contains(&(id as u32)))
+        .expect("the fixture's continuation reaches a stop id");
+    let stopped = generate(&["--prompt", text], &["--no-draft"], false);
+    assert_eq!(ids(&stopped["tokens"]), all[..=first_stop]);
+    assert_eq!(stopped["finish_reason"], "eos");
+    let _ = std::fs::remove_dir_all(&dir);
+}
