@@ -70,28 +70,12 @@ pub trait CausalLm: Send + Sync + 'static {
     /// [`Self::argmax`] among the ids below `below` only (a drafter's restricted vocabulary);
     /// `below` is clamped to `1..=vocab`.
     fn argmax_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<u32>> {
-        let logits = self
-            .logits(hidden)?
-            .to_dtype(candle_core::DType::F32)?
-            .to_vec2::<f32>()?;
-        let below = below.clamp(1, self.vocab_size());
-        Ok(logits
-            .iter()
-            .map(|row| greedy_token(&row[..below.min(row.len())]))
-            .collect())
+        each_logits_row(self, hidden, below, greedy_token)
     }
     /// [`Self::argmax_below`] (the same tokens) and each row's runner-up among the same
     /// ids, with their logits.
     fn top_two_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<TopTwo>> {
-        let logits = self
-            .logits(hidden)?
-            .to_dtype(candle_core::DType::F32)?
-            .to_vec2::<f32>()?;
-        let below = below.clamp(1, self.vocab_size());
-        Ok(logits
-            .iter()
-            .map(|row| top_two(&row[..below.min(row.len())]))
-            .collect())
+        each_logits_row(self, hidden, below, top_two)
     }
     /// Keeps the first `len` positions of the cache.
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<()>;
@@ -117,6 +101,25 @@ pub trait CausalLm: Send + Sync + 'static {
     ) -> Result<Option<SharedKv>> {
         Ok(None)
     }
+}
+
+/// `pick` applied to each row's logits of the ids below `below` (clamped to `1..=vocab`), read
+/// back to the host.
+fn each_logits_row<M: CausalLm + ?Sized, T>(
+    model: &M,
+    hidden: &Tensor,
+    below: usize,
+    pick: fn(&[f32]) -> T,
+) -> Result<Vec<T>> {
+    let logits = model
+        .logits(hidden)?
+        .to_dtype(candle_core::DType::F32)?
+        .to_vec2::<f32>()?;
+    let below = below.clamp(1, model.vocab_size());
+    Ok(logits
+        .iter()
+        .map(|row| pick(&row[..below.min(row.len())]))
+        .collect())
 }
 
 /// [`greedy_token`] and the runner-up by the same order.

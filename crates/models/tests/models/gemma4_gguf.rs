@@ -2,15 +2,15 @@
 //! (tools/gemma4_gguf_fixtures.sh): the same numbers as the safetensors checkpoints they were
 //! converted from, and errors that name what is wrong with a file.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::gguf_file::{self, Content, Value};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use specd_models::gemma4::{Gemma4Model, Gemma4TextConfig, DEFAULT_PREFILL_CHUNK};
 use specd_models::ModelSource;
 
+use crate::common::gguf_parts::Parts;
 use crate::common::tempdir::TempDir;
 use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 
@@ -139,53 +139,6 @@ fn gguf_targets_continue_greedily_like_transformers() {
     }
 }
 
-/// A GGUF file's metadata and tensors, to write back edited.
-struct Parts {
-    metadata: HashMap<String, Value>,
-    tensors: Vec<(String, QTensor)>,
-}
-
-impl Parts {
-    fn read(path: &Path) -> Self {
-        let mut file = std::fs::File::open(path).unwrap();
-        let content = Content::read(&mut file).unwrap();
-        let mut names: Vec<String> = content.tensor_infos.keys().cloned().collect();
-        names.sort();
-        let tensors = names
-            .into_iter()
-            .map(|n| {
-                let t = content.tensor(&mut file, &n, &Device::Cpu).unwrap();
-                (n, t)
-            })
-            .collect();
-        Self {
-            metadata: content.metadata,
-            tensors,
-        }
-    }
-
-    fn write(&self, dir: &TempDir, file: &str) -> PathBuf {
-        let path = dir.path().join(file);
-        let metadata: Vec<(&str, &Value)> =
-            self.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let tensors: Vec<(&str, &QTensor)> =
-            self.tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
-        let mut out = std::fs::File::create(&path).unwrap();
-        gguf_file::write(&mut out, &metadata, &tensors).unwrap();
-        path
-    }
-
-    /// Re-encodes every matrix as `dtype`.
-    fn matrices_as(&mut self, dtype: GgmlDType) {
-        for (_, t) in self.tensors.iter_mut() {
-            if t.shape().rank() == 2 {
-                let dense = t.dequantize(&Device::Cpu).unwrap();
-                *t = QTensor::quantize(&dense, dtype).unwrap();
-            }
-        }
-    }
-}
-
 fn load_error(path: &Path) -> String {
     match Gemma4Model::load(path, DType::F32, &Device::Cpu) {
         Ok(_) => panic!("{} loaded", path.display()),
@@ -252,12 +205,7 @@ fn quantized_types_without_cpu_kernels_are_refused_naming_the_tensor() {
 
     // A quantized norm is refused even in a type the matrices may have.
     let mut parts = Parts::read(&gguf_fixture("target-nople"));
-    for (name, t) in parts.tensors.iter_mut() {
-        if name == "blk.2.ffn_norm.weight" {
-            let dense = t.dequantize(&Device::Cpu).unwrap();
-            *t = QTensor::quantize(&dense, GgmlDType::Q8_0).unwrap();
-        }
-    }
+    parts.tensor_as("blk.2.ffn_norm.weight", GgmlDType::Q8_0);
     let err = load_error(&parts.write(&dir, "norm-q8.gguf"));
     assert!(err.contains("Q8_0"), "{err}");
     assert!(err.contains("blk.2.ffn_norm.weight"), "{err}");
