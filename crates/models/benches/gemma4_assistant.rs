@@ -1,16 +1,20 @@
 //! Cost of a Gemma 4 assistant draft block against one target verify forward, on the medium
 //! random target of tools/bench_torch_gemma4.py and a matching random assistant built here.
 //!
-//! For K = 3 and 7 it times a draft block of K steps (dense head and centroid head) and a
+//! For K = 3 and 7 it times a draft block of K steps (dense head and centroid head; back to back,
+//! and each right after an untimed target verify forward, as in a round) and a
 //! target forward of the K + 1 verify tokens on a 128-token context, and prints the cost ratio
 //! c = (draft block / K) / target forward, the number the speculative speed-up depends on
 //! (also against a one-token target decode step, the classic definition of c).
 //! Run with `cargo bench -p specd-models --bench gemma4_assistant`.
-//! `SPECD_BENCH_GEMMA4_DIR` (default /tmp/gemma4-medium) is the target checkpoint,
-//! `SPECD_BENCH_RUNS` (default 9) the samples per median.
+//! `SPECD_BENCH_GEMMA4_DIR` (default /tmp/gemma4-medium) is the target checkpoint (a directory
+//! or a `gemma4` GGUF file), `SPECD_BENCH_RUNS` (default 9) the samples per median,
+//! `SPECD_BENCH_DRAFT` (default 3,7) the draft lengths K. With `SPECD_BENCH_GEMMA4_ASSISTANT`
+//! (a directory or a `gemma4-assistant` GGUF file, e.g. the one tools/bench_gemma4_mtp.sh
+//! makes) that assistant is timed (as "assistant_saved") instead of the two built here.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 mod common;
 
@@ -22,6 +26,22 @@ use specd_models::gemma4_assistant::Gemma4Assistant;
 
 const PROMPT_LEN: usize = 128;
 const DRAFT_LENGTHS: [usize; 2] = [3, 7];
+
+/// The draft lengths K: `SPECD_BENCH_DRAFT` (comma-separated) or [`DRAFT_LENGTHS`].
+fn draft_lengths() -> Vec<usize> {
+    match std::env::var("SPECD_BENCH_DRAFT") {
+        Ok(list) => list
+            .split(',')
+            .map(|k| {
+                k.trim()
+                    .parse()
+                    .expect("SPECD_BENCH_DRAFT: comma-separated lengths")
+            })
+            .collect(),
+        Err(_) => DRAFT_LENGTHS.to_vec(),
+    }
+}
+
 /// The assistant's width and depth, in the proportions of the published Gemma 4 assistants
 /// (a few layers, a fraction of the target's width).
 const HIDDEN: usize = 256;
@@ -211,11 +231,29 @@ fn write_assistant(dir: &Path, target: &Gemma4TextConfig, centroid: bool) {
     candle_core::safetensors::save(&w, dir.join("model.safetensors")).unwrap();
 }
 
+/// Median wall time of `runs` calls of `timed` in milliseconds, each right after an untimed
+/// call of `before`, after one warm-up pair.
+fn median_ms_after(runs: usize, mut before: impl FnMut(), mut timed: impl FnMut()) -> f64 {
+    before();
+    timed();
+    let mut samples: Vec<f64> = (0..runs)
+        .map(|_| {
+            before();
+            let t = std::time::Instant::now();
+            timed();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
 fn main() {
     let Some(target_dir) = common::medium_checkpoint() else {
         return;
     };
     let runs = common::runs(9);
+    let draft_lengths = draft_lengths();
     let target = Gemma4Model::load(&target_dir, DType::F32, &Device::Cpu).expect("load the target");
     let cfg = target.config().clone();
     let scratch =
@@ -238,7 +276,7 @@ fn main() {
         target.logits(&h).unwrap();
     });
     target_ms.insert("bs1".into(), json!({"with_logits_ms": decode_ms}));
-    for k in DRAFT_LENGTHS {
+    for k in draft_lengths.iter().copied() {
         let block = ids(k as u64 + 7, k + 1, cfg.vocab_size);
         let hidden_only = median_ms(runs, || {
             let mut cache = context.clone();
@@ -259,9 +297,18 @@ fn main() {
         Value::Object(target_ms.clone()),
     );
 
-    for (head, centroid) in [("dense", false), ("centroid", true)] {
-        let dir = scratch.join(head);
-        write_assistant(&dir, &cfg, centroid);
+    let assistants: Vec<(&str, PathBuf)> = match std::env::var_os("SPECD_BENCH_GEMMA4_ASSISTANT") {
+        Some(path) => vec![("saved", PathBuf::from(path))],
+        None => [("dense", false), ("centroid", true)]
+            .into_iter()
+            .map(|(head, centroid)| {
+                let dir = scratch.join(head);
+                write_assistant(&dir, &cfg, centroid);
+                (head, dir)
+            })
+            .collect(),
+    };
+    for (head, dir) in assistants {
         let assistant = Gemma4Assistant::load(&dir, &target_dir, DType::F32, &Device::Cpu)
             .expect("load the assistant");
         let mirror = assistant.new_mirror(&snapshot).unwrap();
@@ -274,10 +321,24 @@ fn main() {
             assistant.argmax(&step.normed).unwrap();
         });
         let mut by_k = serde_json::Map::new();
-        for k in DRAFT_LENGTHS {
+        for k in draft_lengths.iter().copied() {
             let block_ms = median_ms(runs, || {
                 assistant.draft_greedy(&mirror, bonus, &hidden, k).unwrap();
             });
+            // The same block right after a target verify forward of K + 1 tokens with its
+            // logits (not timed), as a round runs it: the draft follows the verify.
+            let verify_block = ids(k as u64 + 7, k + 1, cfg.vocab_size);
+            let after_verify_ms = median_ms_after(
+                runs,
+                || {
+                    let mut cache = context.clone();
+                    let h = target.forward_block(&mut cache, &verify_block).unwrap();
+                    target.logits(&h).unwrap();
+                },
+                || {
+                    assistant.draft_greedy(&mirror, bonus, &hidden, k).unwrap();
+                },
+            );
             let verify = &target_ms[&format!("bs{}", k + 1)];
             let step_ms = block_ms / k as f64;
             by_k.insert(
@@ -285,6 +346,8 @@ fn main() {
                 json!({
                     "draft_block_ms": block_ms,
                     "draft_step_ms": step_ms,
+                    "draft_block_after_verify_ms": after_verify_ms,
+                    "draft_step_after_verify_ms": after_verify_ms / k as f64,
                     "c_vs_hidden_only": step_ms / verify["hidden_only_ms"].as_f64().unwrap_or(f64::NAN),
                     "c_vs_with_logits": step_ms / verify["with_logits_ms"].as_f64().unwrap_or(f64::NAN),
                     "c_vs_decode_step": step_ms / decode_ms,
@@ -321,8 +384,12 @@ fn main() {
         "runs": runs,
         "context_tokens": PROMPT_LEN,
         "target": {"hidden": cfg.hidden_size, "layers": cfg.num_layers, "vocab": cfg.vocab_size},
-        "assistant": {"hidden": HIDDEN, "intermediate": INTERMEDIATE, "layers": LAYERS.len(), "heads": HEADS,
-                      "centroids": CENTROIDS, "top_k": TOP_K},
+        "target_path": target_dir.display().to_string(),
+        "assistant": match std::env::var_os("SPECD_BENCH_GEMMA4_ASSISTANT") {
+            Some(path) => json!({"path": Path::new(&path).display().to_string()}),
+            None => json!({"hidden": HIDDEN, "intermediate": INTERMEDIATE, "layers": LAYERS.len(),
+                           "heads": HEADS, "centroids": CENTROIDS, "top_k": TOP_K}),
+        },
         "results": report,
     });
     println!("{}", serde_json::to_string_pretty(&out).unwrap());

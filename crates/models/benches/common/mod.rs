@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The medium random checkpoint of tools/bench_torch_gemma4.py (`SPECD_BENCH_GEMMA4_DIR`,
-/// default /tmp/gemma4-medium), or `None` after saying how to make it.
+/// default /tmp/gemma4-medium; a `gemma4` GGUF file of it also loads), or `None` after saying
+/// how to make it.
 pub fn medium_checkpoint() -> Option<PathBuf> {
     let dir = PathBuf::from(
         std::env::var("SPECD_BENCH_GEMMA4_DIR").unwrap_or_else(|_| "/tmp/gemma4-medium".into()),
     );
-    if dir.join("config.json").exists() {
+    if dir.is_file() || dir.join("config.json").exists() {
         return Some(dir);
     }
     eprintln!(
