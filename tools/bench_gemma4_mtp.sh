@@ -27,8 +27,8 @@
 #  3. converts it with llama.cpp's convert_hf_to_gguf.py (stub tokenizer, as for the target)
 #     to OUT_DIR/gemma4-medium-assistant-TYPE.gguf for each assistant type of PAIRS;
 #  4. llama.cpp: llama-speculative-simple -m TARGET.gguf -md ASSISTANT.gguf --spec-type
-#     draft-mtp --spec-draft-n-max K --spec-draft-n-min 0 --spec-draft-p-min 0 on a 128-token prompt (BOS and
-#     127 byte tokens), -n GEN, greedy; its draft statistics (trace log level) give the time
+#     draft-mtp --spec-draft-n-max K --spec-draft-n-min 0 --spec-draft-p-min 0 on a
+#     128-token prompt (BOS and 127 byte tokens), -n GEN, greedy; its draft statistics (trace log level) give the time
 #     spent in the MTP drafter's draft() calls and the tokens drafted: ms per draft token =
 #     draft time / drafted tokens. Each draft() call is K assistant decodes of one token
 #     (each followed by its top-10 sampling), the first on the target's last verify hidden;
@@ -37,8 +37,7 @@
 #     greedy steps (Gemma4Assistant::draft_greedy) after a 128-token target prefill, each
 #     timed right after an untimed target verify forward of K + 1 tokens (as llama.cpp's
 #     follow its verify batch), median of RUNS; ms per draft token = block / K. The bench's
-#     back-to-back figure (blocks in a row, the assistant's weights warm in the caches) is
-#     printed beside it.
+#     back-to-back figure (blocks in a row, no verify between) is printed beside it.
 # Prints a table of both, per round, with the ratio specd / llama.cpp; raw outputs stay in
 # OUT_DIR (mtp-llama-TARGET-ASSISTANT-kK-rN.log, mtp-specd-TARGET-ASSISTANT-kK-rN.json).
 set -euo pipefail
