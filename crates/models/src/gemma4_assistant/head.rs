@@ -7,6 +7,7 @@ use super::config::Gemma4AssistantConfig;
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::linear::Linear;
+use crate::projection::{pack_rows, Projection};
 
 /// What the centroid head scored for one hidden state.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,7 +133,7 @@ impl CentroidHead {
 }
 
 pub enum Head {
-    Dense(Linear),
+    Dense(Projection),
     Centroid(CentroidHead),
 }
 
@@ -142,10 +143,10 @@ impl Head {
     pub fn load(ckpt: &Checkpoint, cfg: &Gemma4AssistantConfig) -> Result<Self> {
         let (v, h) = (cfg.text.vocab_size, cfg.hidden_size());
         let embed = "model.embed_tokens.weight";
-        let weight = if cfg.tie_word_embeddings && ckpt.contains(embed) {
-            ckpt.tensor(embed, &[v, h])?
+        let name = if cfg.tie_word_embeddings && ckpt.contains(embed) {
+            embed
         } else if ckpt.contains("lm_head.weight") {
-            ckpt.tensor("lm_head.weight", &[v, h])?
+            "lm_head.weight"
         } else {
             let missing = if cfg.tie_word_embeddings {
                 embed
@@ -156,10 +157,17 @@ impl Head {
                 name: missing.into(),
             });
         };
+        if !cfg.use_ordered_embeddings {
+            // A quantized head (a GGUF file's) runs on the CPU engine's kernels as stored.
+            if let Some(stored) = ckpt.quantized(name, &[v, h])? {
+                return Ok(Self::Dense(pack_rows(ckpt, name, &stored, 0, v)?.into()));
+            }
+        }
+        let weight = ckpt.tensor(name, &[v, h])?;
         Ok(if cfg.use_ordered_embeddings {
             Self::Centroid(CentroidHead::load(ckpt, cfg, weight)?)
         } else {
-            Self::Dense(Linear::new(weight, None))
+            Self::Dense(Linear::new(weight, None).into())
         })
     }
 

@@ -9,7 +9,7 @@ use crate::exact::{exact_attention, AttentionSpan};
 use crate::gemma4::norm::RmsNorm;
 use crate::gemma4::rope;
 use crate::gemma4::{Gemma4TextConfig, LayerGeometry, LayerKind};
-use crate::linear::Linear;
+use crate::projection::Projection;
 
 /// The target K/V rows one layer's query attends to: every row it may see and no other,
 /// `[kv_heads, rows, head_dim]`, the last row being the query's own position.
@@ -23,12 +23,12 @@ pub struct VisibleKv {
 pub struct AssistantLayer {
     geometry: LayerGeometry,
     num_heads: usize,
-    q_proj: Linear,
+    q_proj: Projection,
     q_norm: RmsNorm,
-    o_proj: Linear,
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    o_proj: Projection,
+    gate_proj: Projection,
+    up_proj: Projection,
+    down_proj: Projection,
     input_norm: RmsNorm,
     post_attention_norm: RmsNorm,
     pre_feedforward_norm: RmsNorm,
@@ -58,12 +58,12 @@ impl AssistantLayer {
         };
         Ok(Self {
             num_heads: cfg.num_heads,
-            q_proj: Linear::load(ckpt, &format!("{p}.self_attn.q_proj"), q_width, h, bias)?,
+            q_proj: Projection::load(ckpt, &format!("{p}.self_attn.q_proj"), q_width, h, bias)?,
             q_norm: norm(ckpt, &format!("{p}.self_attn.q_norm"), g.head_dim, eps)?,
-            o_proj: Linear::load(ckpt, &format!("{p}.self_attn.o_proj"), h, q_width, bias)?,
-            gate_proj: Linear::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
-            up_proj: Linear::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
-            down_proj: Linear::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
+            o_proj: Projection::load(ckpt, &format!("{p}.self_attn.o_proj"), h, q_width, bias)?,
+            gate_proj: Projection::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
+            up_proj: Projection::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
+            down_proj: Projection::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
             input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
             post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
             pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,

@@ -14,7 +14,8 @@ use crate::error::{ModelError, Result};
 use crate::gemma4::norm::RmsNorm;
 use crate::gemma4::rope::Rope;
 use crate::gemma4::{Gemma4TextConfig, LayerKind, SharedKv};
-use crate::linear::{exact_eligible, Linear};
+use crate::linear::exact_eligible;
+use crate::projection::Projection;
 
 /// What one drafter step produces.
 #[derive(Debug, Clone)]
@@ -62,8 +63,8 @@ impl BlockContext {
 pub struct Gemma4Assistant {
     cfg: Gemma4AssistantConfig,
     target_embedding: TargetEmbedding,
-    pre_projection: Linear,
-    post_projection: Linear,
+    pre_projection: Projection,
+    post_projection: Projection,
     layers: Vec<AssistantLayer>,
     ropes: Vec<((LayerKind, usize), Rope)>,
     final_norm: RmsNorm,
@@ -123,8 +124,8 @@ impl Gemma4Assistant {
             }
         }
         Ok(Self {
-            pre_projection: Linear::load(ckpt, "pre_projection", hd, 2 * ht, false)?,
-            post_projection: Linear::load(ckpt, "post_projection", ht, hd, false)?,
+            pre_projection: Projection::load(ckpt, "pre_projection", hd, 2 * ht, false)?,
+            post_projection: Projection::load(ckpt, "post_projection", ht, hd, false)?,
             final_norm: RmsNorm::new(ckpt.tensor("model.norm.weight", &[hd])?, text.rms_norm_eps),
             head: Head::load(ckpt, &cfg)?,
             layers,
