@@ -6,8 +6,7 @@
 # Usage: tools/bench_gemma4_mtp.sh [OUT_DIR]        (default /tmp/gemma4-medium-gguf)
 #   THREADS=2      threads on both sides (llama.cpp -t/-td, SPECD_THREADS, RAYON_NUM_THREADS)
 #   PAIRS="f32:f32 q8_0:f32 q8_0:q8_0"   TARGET_TYPE:ASSISTANT_TYPE of the GGUF pairs measured
-#                  (specd loads an assistant GGUF from F32, F16 or BF16 only: a pair with a
-#                  quantized assistant is run by llama.cpp alone, specd's column shows "-")
+#                  (a pair specd cannot load is run by llama.cpp alone, specd's column shows "-")
 #   DRAFT=3        draft length K (tokens per draft block)
 #   GEN=64         tokens llama.cpp generates per run (one draft block per round)
 #   RUNS=9         samples per median of specd's bench
