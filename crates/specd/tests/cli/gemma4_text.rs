@@ -14,6 +14,7 @@ use candle_core::{Device, Tensor};
 use specd_text::TargetText;
 
 use crate::common::{gguf_fixture, ids, join, json_of};
+use crate::served::{http_post, Service};
 
 fn text_fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../text/tests/fixtures")
@@ -124,5 +125,76 @@ fn a_gemma4_gguf_with_its_tokenizer_takes_text_prompts_and_gives_text() {
     let stopped = generate(&["--prompt", text], &["--no-draft"], false);
     assert_eq!(ids(&stopped["tokens"]), all[..=first_stop]);
     assert_eq!(stopped["finish_reason"], "eos");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_router_over_a_gemma4_gguf_takes_text_and_chat_messages() {
+    let dir = std::env::temp_dir().join(format!("specd-cli-gemma4-router-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = target_with_gemma4_tokenizer(&dir);
+    let references: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(text_fixtures().join("gemma4-tokenizer.references.json")).unwrap(),
+    )
+    .unwrap();
+    let reference = references["encodings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == "one\n\ntwo\n\n\nthree")
+        .unwrap();
+    let text = reference["text"].as_str().unwrap();
+    let by_cli = json_of(
+        Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["generate", "--target"])
+            .arg(&target)
+            .args(["--prompt", text, "--no-draft", "--ignore-eos"])
+            .args(["--max-tokens", "12", "--json"])
+            .output()
+            .unwrap(),
+    );
+
+    let target = target.to_string_lossy().into_owned();
+    let verifier = Service::start(&["verifier", "--target", &target]);
+    let (_router, http) = Service::router_with_http(&[
+        "--verifier",
+        &verifier.url,
+        "--target",
+        &target,
+        "--draft",
+        "ngram",
+    ]);
+    // A text prompt: the router encodes it as llama.cpp does (BOS included) and answers with
+    // the text the one-process CLI prints, speculating or not.
+    let body = serde_json::json!({
+        "prompt": text,
+        "max_tokens": 12,
+        "temperature": 0,
+        "specd": {"ignore_eos": true, "block_size": 4},
+    });
+    let (status, answer) = http_post(&http, "/v1/completions", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["text"], by_cli["text"], "{answer}");
+    assert_eq!(
+        answer["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        ids(&reference["ids"]).len()
+    );
+    // Chat messages go through the GGUF's own template: the prompt is the reference
+    // rendering's tokens.
+    let chat = &references["chats"][0];
+    let body = serde_json::json!({
+        "messages": chat["messages"],
+        "max_tokens": 8,
+        "temperature": 0,
+        "specd": {"ignore_eos": true},
+    });
+    let (status, answer) = http_post(&http, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        ids(&chat["ids"]).len(),
+        "{answer}"
+    );
+    assert_eq!(answer["usage"]["completion_tokens"], 8, "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
 }
