@@ -388,57 +388,56 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         let runner_ups = session.branch_width > 0;
         // The last pre-drafted token of every pre-draft still short of `count + 1` tokens
         // (for the all-accepted one, the round's last draft to begin with).
-        let main_feed = if session.predraft.len() > count {
+        let main_feed: Option<[u32; 1]> = if session.predraft.len() > count {
             None
         } else {
             session
                 .predraft
                 .last()
                 .or(session.drafts.last())
-                .map(|r| r.best.0)
+                .map(|r| [r.best.0])
         };
-        let branch_feeds: Vec<(usize, u32)> = session
+        let branch_feeds: Vec<Option<[u32; 1]>> = session
             .branches
             .iter()
-            .enumerate()
-            .filter(|(_, b)| b.predraft.len() <= count)
-            .filter_map(|(i, b)| b.predraft.last().map(|r| (i, r.best.0)))
+            .map(|b| {
+                (b.predraft.len() <= count)
+                    .then(|| b.predraft.last().map(|r| [r.best.0]))
+                    .flatten()
+            })
             .collect();
-        if main_feed.is_none() && branch_feeds.is_empty() {
+        if main_feed.is_none() && branch_feeds.iter().all(Option::is_none) {
             return Ok(false);
         }
-        let main_token = main_feed.map(|t| [t]);
-        let branch_tokens: Vec<[u32; 1]> = branch_feeds.iter().map(|&(_, t)| [t]).collect();
-        let mut rows = Vec::with_capacity(1 + branch_feeds.len());
         let DraftModelSession {
             cache, branches, ..
         } = &mut *session;
-        if let Some(token) = &main_token {
+        let mut rows = Vec::with_capacity(1 + branches.len());
+        if let Some(token) = &main_feed {
             rows.push(SeqBlock {
                 cache,
                 tokens: token,
             });
         }
-        let mut wanted = branch_feeds.iter().map(|&(i, _)| i).peekable();
-        for (i, branch) in branches.iter_mut().enumerate() {
-            if wanted.peek() == Some(&i) {
-                wanted.next();
+        for (branch, feed) in branches.iter_mut().zip(&branch_feeds) {
+            if let Some(token) = feed {
                 rows.push(SeqBlock {
                     cache: &mut branch.cache,
-                    tokens: &branch_tokens[rows.len() - usize::from(main_token.is_some())],
+                    tokens: token,
                 });
             }
         }
         // One token per row, in the order of the rows (checked by `next_tokens`).
         let mut next = self.next_tokens(&mut rows, runner_ups)?.into_iter();
-        if let Some(token) = main_feed {
+        if let Some([token]) = main_feed {
             if let Some(ranked) = next.next() {
                 session.speculated.push(token);
                 session.predraft.push(ranked);
             }
         }
-        for ((i, _), ranked) in branch_feeds.iter().zip(next) {
-            session.branches[*i].predraft.push(ranked);
+        let fed = session.branches.iter_mut().zip(&branch_feeds);
+        for ((branch, _), ranked) in fed.filter(|(_, feed)| feed.is_some()).zip(next) {
+            branch.predraft.push(ranked);
         }
         Ok(true)
     }
