@@ -2,48 +2,13 @@
 //! tokens one by one, rollback equals never having gone ahead (also after the sliding window
 //! wrapped), and a batched forward equals each row alone. On CPU f32 these hold bit for bit.
 
+use crate::common::gemma4::{prefilled, prompts, rows, tokens};
 use crate::common::{fixture_dir, reference, u32s};
-use candle_core::{DType, Device, Tensor};
-use specd_models::gemma4::{
-    BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK,
-};
+use candle_core::{DType, Device};
+use specd_models::gemma4::{BlockInput, Gemma4Model, OutputRows, SequenceCache};
 
 fn load(name: &str) -> Gemma4Model {
     Gemma4Model::load(&fixture_dir(name), DType::F32, &Device::Cpu).unwrap()
-}
-
-fn rows(t: &Tensor) -> Vec<Vec<f32>> {
-    t.to_vec2::<f32>().unwrap()
-}
-
-fn prompts(name: &str) -> Vec<Vec<u32>> {
-    reference(name)["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| u32s(&p["prompt_ids"]))
-        .collect()
-}
-
-fn prefilled(model: &Gemma4Model, prompt: &[u32]) -> SequenceCache {
-    let mut cache = model.new_cache(16);
-    model
-        .prefill(&mut cache, prompt, DEFAULT_PREFILL_CHUNK)
-        .unwrap();
-    cache
-}
-
-/// Deterministic pseudo-random token ids in `[3, vocab)`.
-fn tokens(seed: u32, n: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            3 + x % (vocab as u32 - 3)
-        })
-        .collect()
 }
 
 #[test]

@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use specd_models::gemma4::{Gemma4Model, Gemma4TextConfig, DEFAULT_PREFILL_CHUNK};
 use specd_models::ModelSource;
 
+use crate::common::gemma4::{greedy_continuation, rows};
 use crate::common::gguf_parts::Parts;
 use crate::common::tempdir::TempDir;
 use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
@@ -25,10 +26,6 @@ fn gguf_fixture(name: &str) -> PathBuf {
 fn load(path: &Path) -> Gemma4Model {
     Gemma4Model::load(path, DType::F32, &Device::Cpu)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn rows(t: &Tensor) -> Vec<Vec<f32>> {
-    t.to_vec2::<f32>().unwrap()
 }
 
 fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
@@ -123,17 +120,7 @@ fn gguf_targets_continue_greedily_like_transformers() {
         for prompt in reference(name)["prompts"].as_array().unwrap() {
             let ids = u32s(&prompt["prompt_ids"]);
             let want = u32s(&prompt["greedy"]);
-            let mut cache = model.new_cache(16);
-            let hidden = model
-                .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
-                .unwrap();
-            let mut next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
-            let mut got = vec![next];
-            while got.len() < want.len() {
-                let hidden = model.forward_block(&mut cache, &[next]).unwrap();
-                next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
-                got.push(next);
-            }
+            let got = greedy_continuation(&model, &ids, want.len());
             assert_eq!(got, want, "{name} {}: greedy continuation", prompt["name"]);
         }
     }

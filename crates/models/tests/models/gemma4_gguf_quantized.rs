@@ -6,11 +6,12 @@
 
 use std::path::PathBuf;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use specd_models::gemma4::{
     BlockInput, Gemma4Model, OutputRows, SequenceCache, DEFAULT_PREFILL_CHUNK,
 };
 
+use crate::common::gemma4::{greedy_continuation, prefilled, prompts, rows, tokens};
 use crate::common::{argmax, f32s, fixture_dir, max_abs_diff, reference, u32s};
 
 /// The dense target (per-layer embeddings, tied head) and the mixture-of-experts one.
@@ -25,40 +26,6 @@ fn q8_fixture(name: &str) -> PathBuf {
 fn load(path: &std::path::Path) -> Gemma4Model {
     Gemma4Model::load(path, DType::F32, &Device::Cpu)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn rows(t: &Tensor) -> Vec<Vec<f32>> {
-    t.to_vec2::<f32>().unwrap()
-}
-
-fn prompts(name: &str) -> Vec<Vec<u32>> {
-    reference(name)["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| u32s(&p["prompt_ids"]))
-        .collect()
-}
-
-fn prefilled(model: &Gemma4Model, prompt: &[u32]) -> SequenceCache {
-    let mut cache = model.new_cache(16);
-    model
-        .prefill(&mut cache, prompt, DEFAULT_PREFILL_CHUNK)
-        .unwrap();
-    cache
-}
-
-/// Deterministic pseudo-random token ids in `[3, vocab)`.
-fn tokens(seed: u32, n: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            3 + x % (vocab as u32 - 3)
-        })
-        .collect()
 }
 
 /// Largest logit difference from the f32 checkpoint allowed at any prompt position, per
@@ -136,18 +103,7 @@ fn q8_0_target_full_continues_its_long_prompt_exactly_like_transformers() {
     assert_eq!(prompt["name"], "long");
     let ids = u32s(&prompt["prompt_ids"]);
     let want = u32s(&prompt["greedy"]);
-    let mut cache = model.new_cache(16);
-    let hidden = model
-        .prefill(&mut cache, &ids, DEFAULT_PREFILL_CHUNK)
-        .unwrap();
-    let mut next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
-    let mut got = vec![next];
-    while got.len() < want.len() {
-        let hidden = model.forward_block(&mut cache, &[next]).unwrap();
-        next = argmax(&rows(&model.logits(&hidden).unwrap())[0]);
-        got.push(next);
-    }
-    assert_eq!(got, want);
+    assert_eq!(greedy_continuation(&model, &ids, want.len()), want);
 }
 
 #[test]

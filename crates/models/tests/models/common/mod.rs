@@ -1,6 +1,7 @@
 //! Shared helpers of the model tests: fixture paths and reference files.
 #![allow(dead_code)]
 
+pub mod gemma4;
 pub mod gguf_parts;
 
 use std::path::PathBuf;
