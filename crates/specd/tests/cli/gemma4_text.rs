@@ -69,21 +69,31 @@ fn target_with_gemma4_tokenizer(dir: &Path) -> PathBuf {
     path
 }
 
+/// The tokenizer fixture's references: llama-tokenize's encodings and rendered chats.
+fn references() -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(text_fixtures().join("gemma4-tokenizer.references.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The reference encoding of `text`.
+fn encoding<'a>(references: &'a serde_json::Value, text: &str) -> &'a serde_json::Value {
+    references["encodings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == text)
+        .unwrap_or_else(|| panic!("no reference encoding of {text:?}"))
+}
+
 #[test]
 fn a_gemma4_gguf_with_its_tokenizer_takes_text_prompts_and_gives_text() {
     let dir = std::env::temp_dir().join(format!("specd-cli-gemma4-text-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let target = target_with_gemma4_tokenizer(&dir);
-    let references: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(text_fixtures().join("gemma4-tokenizer.references.json")).unwrap(),
-    )
-    .unwrap();
-    let reference = references["encodings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["text"] == "one\n\ntwo\n\n\nthree")
-        .unwrap();
+    let references = references();
+    let reference = encoding(&references, "one\n\ntwo\n\n\nthree");
 
     let generate = |prompt: &[&str], drafting: &[&str], ignore_eos: bool| {
         let out = Command::new(env!("CARGO_BIN_EXE_specd"))
@@ -133,16 +143,8 @@ fn a_router_over_a_gemma4_gguf_takes_text_and_chat_messages() {
     let dir = std::env::temp_dir().join(format!("specd-cli-gemma4-router-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let target = target_with_gemma4_tokenizer(&dir);
-    let references: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(text_fixtures().join("gemma4-tokenizer.references.json")).unwrap(),
-    )
-    .unwrap();
-    let reference = references["encodings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["text"] == "one\n\ntwo\n\n\nthree")
-        .unwrap();
+    let references = references();
+    let reference = encoding(&references, "one\n\ntwo\n\n\nthree");
     let text = reference["text"].as_str().unwrap();
     let by_cli = json_of(
         Command::new(env!("CARGO_BIN_EXE_specd"))
