@@ -70,8 +70,9 @@ const SHAPES: [(WeightFormat, usize, usize); 8] = [
     (WeightFormat::Q4_0, 35, 96),
     (WeightFormat::Q5_0, 48, 128),
     (WeightFormat::Q8_0, 17, 64),
-    (WeightFormat::F32, 20, 48),
-    (WeightFormat::F16, 18, 40),
+    // Dense reduction lengths that are not whole steps of the kernel's four indices too.
+    (WeightFormat::F32, 20, 50),
+    (WeightFormat::F16, 18, 41),
     (WeightFormat::BF16, 16, 24),
 ];
 

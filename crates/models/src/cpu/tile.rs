@@ -241,13 +241,27 @@ unsafe fn dense<L: Lanes, const R: usize>(
     rows: &[ActRow; R],
     format: WeightFormat,
 ) -> [L::F; R] {
+    let width = format.block_bytes() * 16;
+    let load = |k: usize| match format {
+        WeightFormat::F32 => L::load_f32(tile.add(64 * k)),
+        WeightFormat::F16 => L::load_f16(tile.add(32 * k)),
+        _ => L::load_bf16(tile.add(32 * k)),
+    };
     let mut acc = [L::zero_f(); R];
-    for k in 0..len {
-        let w = match format {
-            WeightFormat::F32 => L::load_f32(tile.add(64 * k)),
-            WeightFormat::F16 => L::load_f16(tile.add(32 * k)),
-            _ => L::load_bf16(tile.add(32 * k)),
-        };
+    // Four reduction indices per step, so the lines ahead are asked for once each.
+    let whole = len / 4 * 4;
+    for k in (0..whole).step_by(4) {
+        ahead::<L>(tile.add(width * k), 4 * width);
+        let w = [load(k), load(k + 1), load(k + 2), load(k + 3)];
+        for r in 0..R {
+            let x = rows[r].x.add(k);
+            for (i, wi) in w.iter().enumerate() {
+                acc[r] = L::fma_f(*wi, L::splat_f(*x.add(i)), acc[r]);
+            }
+        }
+    }
+    for k in whole..len {
+        let w = load(k);
         for r in 0..R {
             acc[r] = L::fma_f(w, L::splat_f(*rows[r].x.add(k)), acc[r]);
         }
