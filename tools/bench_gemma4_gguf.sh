@@ -4,7 +4,7 @@
 #
 # Usage: tools/bench_gemma4_gguf.sh [OUT_DIR]        (default /tmp/gemma4-medium-gguf)
 #   THREADS=2   threads on both sides (llama.cpp -t, SPECD_THREADS, RAYON_NUM_THREADS)
-#   TYPES="f32 f16"   GGUF types converted and measured
+#   TYPES="f32 f16 q8_0"   GGUF types converted and measured
 #   CONTEXT=128 tokens already in the cache before the decode/verify steps
 #   GEN=64      tokens generated per specd run (decode step = median of 3 runs)
 #   REPS=5      llama-bench repetitions
@@ -13,7 +13,7 @@
 #  1. builds the medium random checkpoint of tools/bench_torch_gemma4.py, but with 4 KV-shared
 #     layers instead of 2 (see below why), in /tmp/gemma4-medium-kv4 (or $SPECD_BENCH_GEMMA4_DIR),
 #     with the torch/transformers of ~/.cache/specd/venv-gguf;
-#  2. converts it with llama.cpp's convert_hf_to_gguf.py to OUT_DIR/gemma4-medium-{f32,f16}.gguf,
+#  2. converts it with llama.cpp's convert_hf_to_gguf.py to OUT_DIR/gemma4-medium-TYPE.gguf,
 #     through a copy that carries a stub tokenizer of exactly vocab_size tokens (as
 #     tools/gemma4_gguf_fixtures.sh does: special tokens, byte tokens, then filler tokens, and
 #     one merge, since llama.cpp's gemma4 (BPE) vocabulary refuses a file without merges).
@@ -26,11 +26,10 @@
 #  5. specd (target/release/specd, built if absent): `specd generate --target FILE.gguf
 #     --prompt-ids <CONTEXT ids> --no-draft --ignore-eos --max-tokens GEN --json`, 3 runs, the
 #     median decode ms/token (decode time over the tokens after the first);
-#  6. specd's verify of n tokens (n = 1, 4, 8) on a CONTEXT-token cache: the gemma4_forward bench
-#     (crates/models/benches) on the checkpoint directory, which holds the same f32 weights the
-#     f32 GGUF file carries (the GGUF loader gives bit-identical logits); median of REPS runs,
-#     with and without the logits of the n rows, and its 128-token prefill. That bench's
-#     context is fixed at 128 tokens: leave CONTEXT at 128 to compare like with like.
+#  6. specd's verify of n tokens (n = 1..8) on a CONTEXT-token cache, for each GGUF type: the
+#     gemma4_forward bench (crates/models/benches) on OUT_DIR/gemma4-medium-TYPE.gguf; median of
+#     REPS runs, with and without the logits of the n rows, and its 128-token prefill. That
+#     bench's context is fixed at 128 tokens: leave CONTEXT at 128 to compare like with like.
 # Then prints a table with the ratios specd / llama.cpp, and leaves the raw outputs in OUT_DIR.
 set -euo pipefail
 
@@ -40,7 +39,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-/tmp/gemma4-medium-gguf}
 ckpt=${SPECD_BENCH_GEMMA4_DIR:-/tmp/gemma4-medium-kv4}
 threads=${THREADS:-2}
-types=${TYPES:-f32 f16}
+types=${TYPES:-f32 f16 q8_0}
 context=${CONTEXT:-128}
 gen=${GEN:-64}
 reps=${REPS:-5}
@@ -132,18 +131,21 @@ for t in $types; do
     done
 done
 
-# 6. specd verify of n tokens (the block forward), on the checkpoint directory
-log "specd verify blocks (cargo bench gemma4_forward on $ckpt)"
-(cd "$root" && SPECD_BENCH_GEMMA4_DIR=$ckpt SPECD_BENCH_RUNS=$reps SPECD_THREADS=$threads \
-    RAYON_NUM_THREADS=$threads cargo bench -q -p specd-models --bench gemma4_forward) \
-    >"$out/specd-blocks.json" 2>"$out/specd-blocks.log" || { tail -20 "$out/specd-blocks.log" >&2; exit 1; }
+# 6. specd verify of n tokens (the block forward) and prefill, on each GGUF file
+for t in $types; do
+    log "specd verify blocks $t (cargo bench gemma4_forward)"
+    (cd "$root" && SPECD_BENCH_GEMMA4_DIR=$out/gemma4-medium-$t.gguf SPECD_BENCH_RUNS=$reps \
+        SPECD_THREADS=$threads RAYON_NUM_THREADS=$threads \
+        cargo bench -q -p specd-models --bench gemma4_forward) \
+        >"$out/specd-blocks-$t.json" 2>"$out/specd-blocks-$t.log" \
+        || { tail -20 "$out/specd-blocks-$t.log" >&2; exit 1; }
+done
 
 python3 - "$out" "$context" "$gen" "$types" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 
 out, context, gen, types = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
-blocks = json.loads((out / "specd-blocks.json").read_text())
 rows = []
 def row(what, specd, llama):
     ratio = specd / llama if specd and llama else float("nan")
@@ -160,18 +162,18 @@ for t in types:
     row(f"{t}: decode step, ms/token (specd: {gen} tokens after {context}; llama: tg{gen} @ d{context})",
         decode, llama_ms(0, gen, context))
     row(f"{t}: decode step, ms/token (llama: tg{gen} @ d0)", None, llama_ms(0, gen, 0))
-    if t == "f32":
-        for n in range(1, 9):
-            b = blocks["block_on_context"]["by_block_size"].get(str(n))
-            llama = llama_ms(n, 0, context)
-            llama = llama * n if llama else None
-            what = f"verify forward, {n} logits rows" if b else "not measured by specd"
-            row(f"f32: block of {n} @ d{context}, ms (specd: {what})", b["median_ms"] if b else None, llama)
-            if b:
-                row(f"f32: block of {n} @ d{context}, ms (specd: hidden states, no logits)",
-                    b["hidden_only_ms"], llama)
-        p = llama_ms(context, 0, 0)
-        row(f"f32: prefill of {context} tokens, ms", blocks["prefill"]["median_ms"], p * context if p else None)
+    blocks = json.loads((out / f"specd-blocks-{t}.json").read_text())
+    for n in range(1, 9):
+        b = blocks["block_on_context"]["by_block_size"].get(str(n))
+        llama = llama_ms(n, 0, context)
+        llama = llama * n if llama else None
+        what = f"verify forward, {n} logits rows" if b else "not measured by specd"
+        row(f"{t}: block of {n} @ d{context}, ms (specd: {what})", b["median_ms"] if b else None, llama)
+        if b:
+            row(f"{t}: block of {n} @ d{context}, ms (specd: hidden states, no logits)",
+                b["hidden_only_ms"], llama)
+    p = llama_ms(context, 0, 0)
+    row(f"{t}: prefill of {context} tokens, ms", blocks["prefill"]["median_ms"], p * context if p else None)
 def fmt(x):
     return "-" if x is None else f"{x:.2f}"
 width = max(len(r[0]) for r in rows)

@@ -1,19 +1,22 @@
 //! Prefill and verify-block cost of the Gemma 4 target on a medium random checkpoint, side by
-//! side with transformers on the same checkpoint (tools/bench_gemma4.sh runs both).
+//! side with transformers on the same checkpoint (tools/bench_gemma4.sh runs both) or with
+//! llama.cpp on its GGUF conversions (tools/bench_gemma4_gguf.sh).
 //!
 //! `SPECD_BENCH_GEMMA4_DIR` (default /tmp/gemma4-medium) is the checkpoint written by
-//! tools/bench_torch_gemma4.py; `SPECD_BENCH_TORCH_JSON`, when set, is that script's output,
-//! and ratios candle/torch are printed.
+//! tools/bench_torch_gemma4.py, or a GGUF file of it; `SPECD_BENCH_TORCH_JSON`, when set, is
+//! that script's output, and ratios specd/torch are printed for the block sizes it measured.
 
 mod common;
 
 use candle_core::{DType, Device};
 use common::{ids, median_ms};
 use serde_json::{json, Value};
+use specd_models::cpu::ThreadPool;
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 
 const PROMPT_LEN: usize = 128;
-const BLOCK_SIZES: [usize; 3] = [1, 4, 8];
+/// Verify blocks of K + 1 tokens for K = 0..7.
+const BLOCK_SIZES: [usize; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 fn main() {
     let Some(dir) = common::medium_checkpoint() else {
@@ -55,8 +58,8 @@ fn main() {
     }
     let bs1 = blocks["1"]["median_ms"].as_f64().unwrap_or(f64::NAN);
     let mut report = json!({
-        "engine": "specd candle (CPU f32)",
-        "threads": rayon_threads(),
+        "engine": "specd (CPU, f32 compute)",
+        "threads": ThreadPool::global().threads(),
         "runs": runs,
         "prefill": { "tokens": PROMPT_LEN, "median_ms": prefill_ms },
         "block_on_context": { "context_tokens": PROMPT_LEN, "by_block_size": blocks },
@@ -77,12 +80,13 @@ fn main() {
             let ours = report["block_on_context"]["by_block_size"][&k]["median_ms"]
                 .as_f64()
                 .unwrap_or(f64::NAN);
-            let theirs = torch["block_on_context"]["by_block_size"][&k]["median_ms"]
-                .as_f64()
-                .unwrap_or(f64::NAN);
-            ratios.insert(format!("block_bs{bs}"), json!(ours / theirs));
+            if let Some(theirs) =
+                torch["block_on_context"]["by_block_size"][&k]["median_ms"].as_f64()
+            {
+                ratios.insert(format!("block_bs{bs}"), json!(ours / theirs));
+            }
         }
-        report["candle_over_torch_time"] = Value::Object(ratios);
+        report["specd_over_torch_time"] = Value::Object(ratios);
         report["torch"] = torch;
     }
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
@@ -90,10 +94,4 @@ fn main() {
 
 fn blocks_ratio(blocks: &serde_json::Map<String, Value>, bs: &str, bs1: f64) -> f64 {
     blocks[bs]["median_ms"].as_f64().unwrap_or(f64::NAN) / bs1
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }

@@ -4,8 +4,13 @@
 //!
 //! A checkpoint can also be backed by a file of another format (a [`TensorStore`], such as a
 //! Gemma 4 GGUF file) that answers to the Hugging Face names the loaders ask for. Such a file
-//! may store tensors quantized; those are handed over as stored ([`Quantized`]), for the
-//! loaders to pack for the CPU kernels, never expanded to floats.
+//! may store tensors quantized; those are handed over as stored ([`StoredMatrix`]), for the
+//! loaders to pack for the CPU engine's kernels, never expanded to floats.
+//!
+//! On the CPU with f32 compute, float matrices (F32, F16, BF16, from either kind of file) are
+//! handed over as stored too: the engine's kernels read half-precision weights as they are, so
+//! a step streams the bytes the file holds rather than a widened copy, and every output
+//! element is one fixed sequence of operations whatever rows come with it.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -37,24 +42,27 @@ pub(crate) trait TensorStore: Send + Sync {
     fn load(&self, name: &str) -> Result<Tensor>;
     /// How errors name the tensor: by its name in the file, which is what a user can look up.
     fn display_name(&self, name: &str) -> String;
-    /// The tensor as stored when the file stores it quantized; `None` for float tensors,
-    /// which [`Self::load`] reads. A quantized type without a CPU kernel is an error naming
-    /// the tensor and the type.
-    fn quantized(&self, _name: &str) -> Result<Option<Quantized<'_>>> {
+    /// The tensor as stored when the file stores it quantized, and with `floats` also when
+    /// it stores it as F32, F16 or BF16; otherwise `None`, and [`Self::load`] reads it. A
+    /// quantized type without a CPU kernel is an error naming the tensor and the type.
+    fn stored(&self, _name: &str, _floats: bool) -> Result<Option<StoredMatrix<'_>>> {
         Ok(None)
     }
+    /// Drops this process's pages of the tensor's stored bytes once a loader holds its own
+    /// copy (packed tiles), so loading never holds both. Best effort.
+    fn release(&self, _name: &str) {}
 }
 
-/// A quantized tensor's bytes as stored: rows of its innermost dimension, each a whole
-/// number of `format` blocks, outermost dimensions first.
-pub(crate) struct Quantized<'a> {
+/// A tensor's bytes as stored, for the CPU engine to pack: rows of its innermost dimension,
+/// each a whole number of `format` blocks, outermost dimensions first.
+pub(crate) struct StoredMatrix<'a> {
     pub format: WeightFormat,
     /// Candle order (outermost first).
     pub dims: Vec<usize>,
     pub bytes: Cow<'a, [u8]>,
 }
 
-impl Quantized<'_> {
+impl StoredMatrix<'_> {
     /// Bytes of one row (one innermost slice).
     pub fn row_bytes(&self) -> usize {
         let width = self.dims.last().copied().unwrap_or(0);
@@ -163,12 +171,11 @@ impl Checkpoint {
         }
     }
 
-    /// `name` as stored when the file stores it quantized (only files other than safetensors
-    /// do), after checking its shape; `None` for a float tensor, which [`Self::tensor`] loads.
-    pub(crate) fn quantized(&self, name: &str, shape: &[usize]) -> Result<Option<Quantized<'_>>> {
-        let Store::Other(store) = &self.files else {
-            return Ok(None);
-        };
+    /// The matrix `name` as stored, for the CPU engine's kernels, after checking its shape:
+    /// always when the file stores it quantized (only files other than safetensors do), and
+    /// float matrices too when the model computes in f32 on the CPU. `None` means a candle
+    /// tensor, which [`Self::tensor`] loads.
+    pub(crate) fn packable(&self, name: &str, shape: &[usize]) -> Result<Option<StoredMatrix<'_>>> {
         let found = self.shape_of(name)?;
         if found != shape {
             return Err(ModelError::ShapeMismatch {
@@ -177,7 +184,35 @@ impl Checkpoint {
                 found,
             });
         }
-        store.quantized(name)
+        let floats = self.device.is_cpu() && self.dtype == DType::F32;
+        match &self.files {
+            Store::Other(store) => store.stored(name, floats),
+            Store::Safetensors(_) if !floats => Ok(None),
+            Store::Safetensors(files) => {
+                let view = files.get(name).map_err(|_| ModelError::MissingTensor {
+                    name: name.to_string(),
+                })?;
+                let format = match view.dtype() {
+                    safetensors::Dtype::F32 => WeightFormat::F32,
+                    safetensors::Dtype::F16 => WeightFormat::F16,
+                    safetensors::Dtype::BF16 => WeightFormat::BF16,
+                    _ => return Ok(None),
+                };
+                Ok(Some(StoredMatrix {
+                    format,
+                    dims: found,
+                    bytes: Cow::Borrowed(view.data()),
+                }))
+            }
+        }
+    }
+
+    /// Drops the mapped pages of `name` once a loader has packed its own copy of the stored
+    /// bytes; they are read back from the file if asked for again.
+    pub(crate) fn release(&self, name: &str) {
+        if let Store::Other(store) = &self.files {
+            store.release(name);
+        }
     }
 
     /// `name` on the CPU as stored.

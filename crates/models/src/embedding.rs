@@ -1,5 +1,6 @@
-//! An embedding table `[rows, width]` of a candle model: a float table is a candle tensor, a
-//! quantized one keeps its stored bytes and decodes only the rows a forward looks up.
+//! An embedding table `[rows, width]` of a candle model: a table the CPU engine takes as stored
+//! (quantized, or any table when the model computes in f32 on the CPU) keeps its stored bytes
+//! and decodes only the rows a forward looks up; otherwise it is a candle tensor.
 
 use candle_core::{DType, Device, Tensor};
 
@@ -13,7 +14,7 @@ pub enum EmbeddingTable {
     Stored(StoredTable),
 }
 
-/// A quantized table's rows as stored in the file.
+/// A table's rows as stored in the file.
 pub struct StoredTable {
     format: WeightFormat,
     rows: usize,
@@ -25,7 +26,7 @@ pub struct StoredTable {
 }
 
 impl EmbeddingTable {
-    /// Loads the table `name` of shape `[rows, width]`. With `packed`, a quantized table also
+    /// Loads the table `name` of shape `[rows, width]`. With `packed`, a stored table also
     /// comes back packed for the CPU kernels, to serve as a tied output projection.
     pub fn load(
         ckpt: &Checkpoint,
@@ -34,7 +35,7 @@ impl EmbeddingTable {
         width: usize,
         packed: bool,
     ) -> Result<(Self, Option<PackedMatrix>)> {
-        let Some(stored) = ckpt.quantized(name, &[rows, width])? else {
+        let Some(stored) = ckpt.packable(name, &[rows, width])? else {
             return Ok((Self::Dense(ckpt.tensor(name, &[rows, width])?), None));
         };
         let matrix = packed
@@ -49,6 +50,7 @@ impl EmbeddingTable {
             dtype: ckpt.dtype(),
             device: ckpt.device().clone(),
         };
+        ckpt.release(name);
         Ok((Self::Stored(table), matrix))
     }
 

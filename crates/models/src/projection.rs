@@ -1,15 +1,16 @@
-//! A matmul weight `[out, in]` of a candle model in whichever form its checkpoint stores it: a
-//! float weight stays a candle tensor ([`Linear`], unchanged), a quantized one is packed into
-//! the CPU engine's tiles and multiplied by its kernels, never expanded to floats.
+//! A matmul weight `[out, in]` of a candle model: on the CPU with f32 compute, or whenever the
+//! file stores it quantized, it is packed as stored into the CPU engine's tiles and multiplied
+//! by its kernels (half-precision and quantized weights never widened to f32); otherwise it
+//! stays a candle tensor ([`Linear`]).
 //!
 //! The packed kernels compute every output element by one fixed sequence of operations,
-//! whatever rows come with it (see [`crate::cpu`]), so a quantized weight keeps the row
+//! whatever rows come with it (see [`crate::cpu`]), so a packed weight keeps the row
 //! invariance speculative decoding relies on at any block size, long prefill chunks included.
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::checkpoint::{Checkpoint, Quantized};
-use crate::cpu::{matmul, Isa, LayerInput, Output, PackedMatrix, Task, ThreadPool};
+use crate::checkpoint::{Checkpoint, StoredMatrix};
+use crate::cpu::{matmul, Isa, LayerInput, Output, PackedMatrix, Task, ThreadPool, MAX_TASKS};
 use crate::error::{ModelError, Result};
 use crate::linear::Linear;
 
@@ -18,7 +19,7 @@ pub enum Projection {
     Packed(PackedProjection),
 }
 
-/// A quantized weight in the CPU engine's tiles, with an optional f32 bias.
+/// A weight in the CPU engine's tiles, with an optional f32 bias.
 pub struct PackedProjection {
     matrix: PackedMatrix,
     bias: Option<Vec<f32>>,
@@ -28,7 +29,7 @@ impl Projection {
     /// Loads `{name}.weight` of shape `[out, in]` and, with `bias`, `{name}.bias`.
     pub fn load(ckpt: &Checkpoint, name: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
         let weight = format!("{name}.weight");
-        let Some(stored) = ckpt.quantized(&weight, &[out, inp])? else {
+        let Some(stored) = ckpt.packable(&weight, &[out, inp])? else {
             return Ok(Self::Dense(Linear::load(ckpt, name, out, inp, bias)?));
         };
         let bias = if bias {
@@ -37,10 +38,9 @@ impl Projection {
         } else {
             None
         };
-        Ok(Self::Packed(PackedProjection {
-            matrix: pack_rows(ckpt, &weight, &stored, 0, out)?,
-            bias,
-        }))
+        let matrix = pack_rows(ckpt, &weight, &stored, 0, out)?;
+        ckpt.release(&weight);
+        Ok(Self::Packed(PackedProjection { matrix, bias }))
     }
 
     /// `x [n, in]` to `[n, out]` in `x`'s dtype; `exact` picks the row-exact kernel for a
@@ -48,7 +48,23 @@ impl Projection {
     pub fn forward(&self, x: &Tensor, exact: bool) -> Result<Tensor> {
         match self {
             Self::Dense(linear) => linear.forward(x, exact),
-            Self::Packed(packed) => packed.forward(x),
+            Self::Packed(packed) => Ok(run_packed(&[packed], x)?.remove(0)),
+        }
+    }
+
+    /// [`Self::forward`] of several projections of the same input (q/k/v, gate/up): when all
+    /// are packed they share one prepared input and one parallel region.
+    pub fn forward_all(projections: &[&Self], x: &Tensor, exact: bool) -> Result<Vec<Tensor>> {
+        let packed: Option<Vec<&PackedProjection>> = projections
+            .iter()
+            .map(|p| match p {
+                Self::Packed(packed) => Some(packed),
+                Self::Dense(_) => None,
+            })
+            .collect();
+        match packed {
+            Some(packed) if packed.len() <= MAX_TASKS => run_packed(&packed, x),
+            _ => projections.iter().map(|p| p.forward(x, exact)).collect(),
         }
     }
 }
@@ -65,12 +81,12 @@ impl From<PackedMatrix> for Projection {
     }
 }
 
-/// Rows `first .. first + out` of the quantized tensor `name` (rows counted across its outer
+/// Rows `first .. first + out` of the stored tensor `name` (rows counted across its outer
 /// dimensions, so one expert of a 3-D weight is a run of rows) as a packed `[out, in]` weight.
 pub(crate) fn pack_rows(
     ckpt: &Checkpoint,
     name: &str,
-    stored: &Quantized<'_>,
+    stored: &StoredMatrix<'_>,
     first: usize,
     out: usize,
 ) -> Result<PackedMatrix> {
@@ -91,34 +107,49 @@ pub(crate) fn pack_rows(
     .map_err(|e| ModelError::Invalid(format!("tensor {name}: {e}")))
 }
 
-impl PackedProjection {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (n, inp) = x.dims2()?;
-        let out = self.matrix.out_features();
-        if inp != self.matrix.in_features() {
+/// `x [n, in]` through each packed projection in one parallel region, as `[n, out]` tensors
+/// in `x`'s dtype.
+fn run_packed(projections: &[&PackedProjection], x: &Tensor) -> Result<Vec<Tensor>> {
+    let (n, inp) = x.dims2()?;
+    for p in projections {
+        if inp != p.matrix.in_features() {
             return Err(ModelError::Invalid(format!(
-                "a packed [{out}, {}] weight applied to rows of {inp}",
-                self.matrix.in_features()
+                "a packed [{}, {}] weight applied to rows of {inp}",
+                p.matrix.out_features(),
+                p.matrix.in_features()
             )));
         }
-        let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-        let pool = ThreadPool::global();
-        let mut input = LayerInput::default();
-        input.reset(n, inp).copy_from_slice(&values);
-        input.prepare_for(&[&self.matrix], pool);
-        let mut y = vec![0f32; n * out];
-        matmul(
-            &mut [Task {
-                matrix: &self.matrix,
-                input: &input,
-                output: Output::Store {
-                    out: &mut y,
-                    bias: self.bias.as_deref(),
-                },
-            }],
-            pool,
-            Isa::active(),
-        );
-        Ok(Tensor::from_vec(y, (n, out), x.device())?.to_dtype(x.dtype())?)
     }
+    let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let pool = ThreadPool::global();
+    let mut input = LayerInput::default();
+    input.reset(n, inp).copy_from_slice(&values);
+    let matrices: Vec<&PackedMatrix> = projections.iter().map(|p| &p.matrix).collect();
+    input.prepare_for(&matrices, pool);
+    let mut outputs: Vec<Vec<f32>> = projections
+        .iter()
+        .map(|p| vec![0f32; n * p.matrix.out_features()])
+        .collect();
+    let mut tasks: Vec<Task<'_>> = projections
+        .iter()
+        .zip(outputs.iter_mut())
+        .map(|(p, out)| Task {
+            matrix: &p.matrix,
+            input: &input,
+            output: Output::Store {
+                out,
+                bias: p.bias.as_deref(),
+            },
+        })
+        .collect();
+    matmul(&mut tasks, pool, Isa::active());
+    drop(tasks);
+    projections
+        .iter()
+        .zip(outputs)
+        .map(|(p, y)| {
+            let y = Tensor::from_vec(y, (n, p.matrix.out_features()), x.device())?;
+            Ok(y.to_dtype(x.dtype())?)
+        })
+        .collect()
 }

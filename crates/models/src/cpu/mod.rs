@@ -31,7 +31,7 @@ pub use bandwidth::read_bandwidth;
 pub use format::{dequantize_row, ActivationKind, WeightFormat};
 pub use isa::{Isa, KERNELS_ENV};
 pub use kv::KvBuffers;
-pub use matmul::{run as matmul, LayerInput, Output, Task};
+pub use matmul::{run as matmul, LayerInput, Output, Task, MAX_TASKS};
 pub use pack::{PackError, PackedMatrix, TILE};
 pub use pool::{ThreadPool, THREADS_ENV};
 

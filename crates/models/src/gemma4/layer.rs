@@ -183,9 +183,11 @@ impl DecoderLayer {
         let h = (h + self.post_attention_norm.forward(&attn_out)?)?;
 
         let x = self.pre_feedforward_norm.forward(&h)?;
-        let gate = self.gate_proj.forward(&x, exact)?.gelu()?;
-        let up = self.up_proj.forward(&x, exact)?;
-        let mlp = self.down_proj.forward(&(gate * up)?, exact)?;
+        let [gate, up]: [Tensor; 2] =
+            Projection::forward_all(&[&self.gate_proj, &self.up_proj], &x, exact)?
+                .try_into()
+                .map_err(|_| candle_core::Error::Msg("gate and up: two outputs expected".into()))?;
+        let mlp = self.down_proj.forward(&(gate.gelu()? * up)?, exact)?;
         let feed_forward = match &self.moe {
             Some(moe) => moe.forward(&h, &mlp, exact)?,
             None => mlp,
@@ -211,13 +213,25 @@ impl DecoderLayer {
         let g = &self.geometry;
         let (hq, hkv, d) = (self.num_heads, g.num_kv_heads, g.head_dim);
         let n = x.dims()[0];
-        let q_all = self.attn.q_proj.forward(x, exact)?.reshape((n, hq, d))?;
+        // q, k and v (those the layer has) in one pass over the input.
+        let mut projections = vec![&self.attn.q_proj];
+        projections.extend(&self.attn.k_proj);
+        if self.attn.k_proj.is_some() {
+            projections.extend(&self.attn.v_proj);
+        }
+        let mut outputs = Projection::forward_all(&projections, x, exact)?.into_iter();
+        let mut next = || {
+            outputs
+                .next()
+                .ok_or_else(|| candle_core::Error::Msg("a projection gave no output".into()))
+        };
+        let q_all = next()?.reshape((n, hq, d))?;
         let q_all = self.attn.q_norm.forward(&q_all)?;
         let kv_all = match &self.attn.k_proj {
-            Some(k_proj) => {
-                let raw_k = k_proj.forward(x, exact)?.reshape((n, hkv, d))?;
+            Some(_) => {
+                let raw_k = next()?.reshape((n, hkv, d))?;
                 let raw_v = match &self.attn.v_proj {
-                    Some(v_proj) => v_proj.forward(x, exact)?.reshape((n, hkv, d))?,
+                    Some(_) => next()?.reshape((n, hkv, d))?,
                     None => raw_k.clone(),
                 };
                 let k = self

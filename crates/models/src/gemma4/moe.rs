@@ -64,12 +64,12 @@ impl MoeBlock {
                 eps,
             ))
         };
-        let gate_up = ExpertWeights::load(
-            ckpt,
-            &format!("{p}.experts.gate_up_proj"),
-            [e, 2 * i, hidden],
-        )?;
-        let down = ExpertWeights::load(ckpt, &format!("{p}.experts.down_proj"), [e, hidden, i])?;
+        let (gate_up_name, down_name) = (
+            format!("{p}.experts.gate_up_proj"),
+            format!("{p}.experts.down_proj"),
+        );
+        let gate_up = ExpertWeights::load(ckpt, &gate_up_name, [e, 2 * i, hidden])?;
+        let down = ExpertWeights::load(ckpt, &down_name, [e, hidden, i])?;
         let experts = (0..e)
             .map(|x| -> Result<Expert> {
                 Ok(Expert {
@@ -79,6 +79,8 @@ impl MoeBlock {
                 })
             })
             .collect::<Result<_>>()?;
+        ckpt.release(&gate_up_name);
+        ckpt.release(&down_name);
         let per_expert_scale = ckpt
             .tensor_as(&format!("{p}.router.per_expert_scale"), &[e], DType::F32)?
             .to_vec1::<f32>()?;
@@ -175,16 +177,16 @@ impl MoeBlock {
 /// One of a layer's 3-D expert weights `[experts, out, in]`, as the checkpoint stores it.
 enum ExpertWeights<'a> {
     Dense(Tensor),
-    Quantized {
+    Stored {
         name: String,
-        stored: crate::checkpoint::Quantized<'a>,
+        stored: crate::checkpoint::StoredMatrix<'a>,
     },
 }
 
 impl<'a> ExpertWeights<'a> {
     fn load(ckpt: &'a Checkpoint, name: &str, dims: [usize; 3]) -> Result<Self> {
-        Ok(match ckpt.quantized(name, &dims)? {
-            Some(stored) => Self::Quantized {
+        Ok(match ckpt.packable(name, &dims)? {
+            Some(stored) => Self::Stored {
                 name: name.to_string(),
                 stored,
             },
@@ -193,14 +195,14 @@ impl<'a> ExpertWeights<'a> {
     }
 
     /// Rows `first .. first + count` of expert `x`'s `[out, in]` slice as a projection: a
-    /// quantized one packed on its own, so each expert reads only its own tiles.
+    /// stored one packed on its own, so each expert reads only its own tiles.
     fn rows(&self, ckpt: &Checkpoint, x: usize, first: usize, count: usize) -> Result<Projection> {
         Ok(match self {
             Self::Dense(all) => {
                 let slice = all.narrow(0, x, 1)?.squeeze(0)?;
                 Linear::new(slice.narrow(0, first, count)?.contiguous()?, None).into()
             }
-            Self::Quantized { name, stored } => {
+            Self::Stored { name, stored } => {
                 let out = stored.dims[1];
                 pack_rows(ckpt, name, stored, x * out + first, count)?.into()
             }

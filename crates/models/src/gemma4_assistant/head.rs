@@ -158,9 +158,11 @@ impl Head {
             });
         };
         if !cfg.use_ordered_embeddings {
-            // A quantized head (a GGUF file's) runs on the CPU engine's kernels as stored.
-            if let Some(stored) = ckpt.quantized(name, &[v, h])? {
-                return Ok(Self::Dense(pack_rows(ckpt, name, &stored, 0, v)?.into()));
+            // A head the CPU engine takes as stored runs on its kernels.
+            if let Some(stored) = ckpt.packable(name, &[v, h])? {
+                let packed = pack_rows(ckpt, name, &stored, 0, v)?;
+                ckpt.release(name);
+                return Ok(Self::Dense(packed.into()));
             }
         }
         let weight = ckpt.tensor(name, &[v, h])?;

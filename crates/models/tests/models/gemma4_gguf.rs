@@ -301,5 +301,20 @@ fn half_precision_files_load_close_to_f32() {
         let diff = max_abs_diff(&got, &want);
         assert!(diff < bound, "{dtype:?}: logits differ from F32 by {diff}");
         assert_eq!(argmax(&got), argmax(&want), "{dtype:?}: top token");
+
+        // The half-precision weights run on the CPU engine's kernels as stored: a verify
+        // block gives the bits of one-token steps.
+        let block = [7u32, 200, 41, 9, 100, 5];
+        let mut block_cache = cache.clone();
+        let block_rows = rows(&model.forward_block(&mut block_cache, &block).unwrap());
+        let mut step_rows = Vec::new();
+        for &t in &block {
+            step_rows.extend(rows(&model.forward_block(&mut cache, &[t]).unwrap()));
+        }
+        assert_eq!(
+            bits(&block_rows),
+            bits(&step_rows),
+            "{dtype:?}: block != steps"
+        );
     }
 }

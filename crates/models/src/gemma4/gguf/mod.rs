@@ -28,9 +28,10 @@
 //!   and `[experts, hidden, I]`), and `router.per_expert_scale` becomes `ffn_down_exps.scale`
 //!   unchanged.
 //!
-//! Float tensors (F32, F16, BF16) load as candle tensors. Matrices stored quantized in a format
-//! the CPU engine has kernels for (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K) are handed over as stored, to
-//! be packed for those kernels (the model then runs on the CPU); any other quantized type, or a
+//! Matrices stored quantized in a format the CPU engine has kernels for (Q4_0, Q5_0, Q8_0,
+//! Q4_K, Q6_K) are handed over as stored, to be packed for those kernels (the model then runs
+//! on the CPU), and so are float matrices (F32, F16, BF16) when the model computes in f32 on
+//! the CPU; other float tensors load as candle tensors. Any other quantized type, or a
 //! quantized tensor where a float one is needed (a norm), is refused naming the tensor and type.
 //!
 //! The tensors and names are here; the configuration from the metadata is in `config.rs`, the
@@ -50,7 +51,7 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::{json, Map, Value as Json};
 
 use super::config::{CheckpointLayout, Gemma4TextConfig};
-use crate::checkpoint::{Checkpoint, Quantized, TensorStore};
+use crate::checkpoint::{Checkpoint, StoredMatrix, TensorStore};
 use crate::cpu::WeightFormat;
 use crate::error::{ModelError, Result};
 use crate::qwen2::GgufFile;
@@ -186,13 +187,26 @@ impl TensorStore for GgufStore {
         gguf_name(name).unwrap_or_else(|| format!("{name} (no GGUF counterpart)"))
     }
 
-    fn quantized(&self, name: &str) -> Result<Option<Quantized<'_>>> {
+    fn stored(&self, name: &str, floats: bool) -> Result<Option<StoredMatrix<'_>>> {
         let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
             name: self.display_name(name),
         })?;
         match self.split_gate_up(&gguf) {
-            Some((gate, up)) => self.joined_quantized(&gate, &up),
-            None => self.stored_quantized(&gguf),
+            Some((gate, up)) => self.joined_stored(&gate, &up, floats),
+            None => self.stored_matrix(&gguf, floats),
+        }
+    }
+
+    fn release(&self, name: &str) {
+        let Some(gguf) = gguf_name(name) else {
+            return;
+        };
+        match self.split_gate_up(&gguf) {
+            Some((gate, up)) => {
+                self.file.release(&gate);
+                self.file.release(&up);
+            }
+            None => self.file.release(&gguf),
         }
     }
 }
@@ -227,16 +241,17 @@ impl GgufStore {
         )?)
     }
 
-    /// A tensor by its GGUF name as stored, when it is quantized in a format with CPU kernels.
-    fn stored_quantized(&self, gguf: &str) -> Result<Option<Quantized<'_>>> {
+    /// A tensor by its GGUF name as stored, when it is quantized in a format with CPU kernels
+    /// or, with `floats`, a float.
+    fn stored_matrix(&self, gguf: &str, floats: bool) -> Result<Option<StoredMatrix<'_>>> {
         let dims = self.file.tensor_dims(gguf)?;
         let raw = self.file.raw(gguf, &dims)?;
-        if is_float(raw.dtype) {
+        if is_float(raw.dtype) && !floats {
             return Ok(None);
         }
         let width = dims.last().copied().unwrap_or(0);
         match WeightFormat::from_ggml(raw.dtype).filter(|f| f.row_bytes(width).is_some()) {
-            Some(format) => Ok(Some(Quantized {
+            Some(format) => Ok(Some(StoredMatrix {
                 format,
                 dims: raw.dims,
                 bytes: Cow::Borrowed(raw.bytes),
@@ -250,10 +265,18 @@ impl GgufStore {
         }
     }
 
-    /// Separate quantized expert gate and up tensors `[experts, intermediate, hidden]` as one
+    /// Separate stored expert gate and up tensors `[experts, intermediate, hidden]` as one
     /// `[experts, 2 * intermediate, hidden]`, each expert's gate rows before its up rows.
-    fn joined_quantized(&self, gate: &str, up: &str) -> Result<Option<Quantized<'_>>> {
-        let (g, u) = (self.stored_quantized(gate)?, self.stored_quantized(up)?);
+    fn joined_stored(
+        &self,
+        gate: &str,
+        up: &str,
+        floats: bool,
+    ) -> Result<Option<StoredMatrix<'_>>> {
+        let (g, u) = (
+            self.stored_matrix(gate, floats)?,
+            self.stored_matrix(up, floats)?,
+        );
         let (g, u) = match (g, u) {
             (None, None) => return Ok(None),
             (Some(g), Some(u)) if g.format == u.format && g.dims == u.dims && g.dims.len() == 3 => {
@@ -262,7 +285,7 @@ impl GgufStore {
             _ => {
                 return Err(ModelError::Unsupported(format!(
                     "{}: tensors {gate} ({}) and {up} ({}) must be stored alike to be joined as \
-                     quantized expert weights",
+                     packed expert weights",
                     self.file.path().display(),
                     self.stored_as(gate),
                     self.stored_as(up),
@@ -277,7 +300,7 @@ impl GgufStore {
         }
         let mut dims = g.dims.clone();
         dims[1] *= 2;
-        Ok(Some(Quantized {
+        Ok(Some(StoredMatrix {
             format: g.format,
             dims,
             bytes: Cow::Owned(bytes),
