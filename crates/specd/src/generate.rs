@@ -35,10 +35,12 @@ pub struct GenerateArgs {
     /// Prompt as comma-separated token ids, e.g. 2,17,301.
     #[arg(long, value_delimiter = ',', conflicts_with = "prompt")]
     pub prompt_ids: Option<Vec<u32>>,
-    /// Prompt text (needs tokenizer.json in the target directory).
+    /// Prompt text (needs the target's tokenizer: tokenizer.json in a checkpoint directory, or
+    /// a GGUF's metadata), sent as one user message through the target's chat template when
+    /// it has one.
     #[arg(long)]
     pub prompt: Option<String>,
-    /// With a GGUF target, tokenize --prompt as is instead of through the chat template.
+    /// Tokenize --prompt as it is instead of through the chat template.
     #[arg(long)]
     pub raw_prompt: bool,
     /// Most tokens to generate.
@@ -222,18 +224,24 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
     }
 }
 
+/// How `--prompt` becomes ids: one user message through the chat template, or the text as it
+/// is with `--raw-prompt` or a target without a template.
+fn prompt_encoder(text: &TargetText, raw: bool) -> impl Fn(&str) -> Result<Vec<u32>> + '_ {
+    move |s: &str| {
+        if raw || !text.has_chat_template() {
+            text.encode_raw(s)
+        } else {
+            text.encode_user(s)
+        }
+    }
+}
+
 /// A GGUF (Qwen2) target: text through its tokenizer and chat template; drafts from an n-gram
 /// lookup or an independent draft model.
 fn run_gguf(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
     let text = gguf_text(&args.target)?;
-    let encode = |s: &str| {
-        if args.raw_prompt {
-            text.encode_raw(s)
-        } else {
-            text.encode_user(s)
-        }
-    };
+    let encode = prompt_encoder(&text, args.raw_prompt);
     let prompt_ids = prompt_ids_from(&args, Some(&encode))?;
     let target = Qwen2Target::load(&args.target, &device, text.eos_token_ids().to_vec())
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
@@ -263,13 +271,17 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
 fn run_gemma4(args: GenerateArgs) -> Result<()> {
     let device = args.device.device()?;
     let tokenizer = gemma4_text(&args.target)?;
-    let encode = tokenizer.as_ref().map(|t| move |s: &str| t.encode_raw(s));
-    let prompt_ids = prompt_ids_from(
-        &args,
-        encode
+    let prompt_ids = {
+        let encode = tokenizer
             .as_ref()
-            .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
-    )?;
+            .map(|t| prompt_encoder(t, args.raw_prompt));
+        prompt_ids_from(
+            &args,
+            encode
+                .as_ref()
+                .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
+        )?
+    };
     let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());

@@ -1,6 +1,6 @@
 //! `specd generate` on a Gemma 4 GGUF carrying Gemma 4's tokenizer (`tokenizer.ggml.model =
-//! gemma4`): a text prompt becomes the ids llama.cpp's llama-tokenize gives, and the output
-//! comes with its text. The target is made here from the converted tiny target-full: its
+//! gemma4`): a text prompt becomes one user message through the GGUF's chat template, or with
+//! `--raw-prompt` the ids llama.cpp's llama-tokenize gives, and the output comes with its text. The target is made here from the converted tiny target-full: its
 //! embedding tables are repeated up to the 1,024 tokens of the Gemma 4-style tokenizer fixture
 //! of crates/text (tools/gemma4_tokenizer_fixture.py), whose `tokenizer.*` metadata replaces
 //! the stub tokenizer's.
@@ -110,14 +110,27 @@ fn a_gemma4_gguf_with_its_tokenizer_takes_text_prompts_and_gives_text() {
     let prompt_ids = join(&ids(&reference["ids"]));
     let text = reference["text"].as_str().unwrap();
     let by_ids = generate(&["--prompt-ids", &prompt_ids], &["--no-draft"], true);
-    let by_text = generate(&["--prompt", text], &["--no-draft"], true);
-    // The text prompt is llama.cpp's encoding, BOS included: the same continuation, and text.
+    let by_text = generate(&["--prompt", text, "--raw-prompt"], &["--no-draft"], true);
+    // The raw text prompt is llama.cpp's encoding, BOS included: the same continuation, and
+    // text.
     assert_eq!(by_text["tokens"], by_ids["tokens"]);
     assert_eq!(by_text["text"], by_ids["text"]);
     assert!(!by_text["text"].as_str().unwrap().is_empty());
+    // Without --raw-prompt the text is one user message through the GGUF's chat template.
+    let chat = &references["chats"][0];
+    assert_eq!(chat["messages"].as_array().unwrap().len(), 1);
+    let user = chat["messages"][0]["content"].as_str().unwrap();
+    let by_chat_ids = generate(
+        &["--prompt-ids", &join(&ids(&chat["ids"]))],
+        &["--no-draft"],
+        true,
+    );
+    let by_chat_text = generate(&["--prompt", user], &["--no-draft"], true);
+    assert_eq!(by_chat_text["tokens"], by_chat_ids["tokens"]);
+    assert_ne!(by_chat_text["tokens"], by_text["tokens"]);
     // Speculation keeps the tokens and the text.
     let speculative = generate(
-        &["--prompt", text],
+        &["--prompt", text, "--raw-prompt"],
         &["--draft", "ngram", "--block-size", "4"],
         true,
     );
@@ -132,7 +145,7 @@ fn a_gemma4_gguf_with_its_tokenizer_takes_text_prompts_and_gives_text() {
         .iter()
         .position(|&id| stops.contains(&(id as u32)))
         .expect("the fixture's continuation reaches a stop id");
-    let stopped = generate(&["--prompt", text], &["--no-draft"], false);
+    let stopped = generate(&["--prompt", text, "--raw-prompt"], &["--no-draft"], false);
     assert_eq!(ids(&stopped["tokens"]), all[..=first_stop]);
     assert_eq!(stopped["finish_reason"], "eos");
     let _ = std::fs::remove_dir_all(&dir);
@@ -150,7 +163,13 @@ fn a_router_over_a_gemma4_gguf_takes_text_and_chat_messages() {
         Command::new(env!("CARGO_BIN_EXE_specd"))
             .args(["generate", "--target"])
             .arg(&target)
-            .args(["--prompt", text, "--no-draft", "--ignore-eos"])
+            .args([
+                "--prompt",
+                text,
+                "--raw-prompt",
+                "--no-draft",
+                "--ignore-eos",
+            ])
             .args(["--max-tokens", "12", "--json"])
             .output()
             .unwrap(),
