@@ -148,7 +148,7 @@ pub(crate) fn top_two_with(best: u32, logits: &[f32]) -> TopTwo {
 }
 
 /// The lowest id among the largest logits; NaN never wins (an all-NaN row gives 0).
-fn greedy_token(logits: &[f32]) -> u32 {
+pub(crate) fn greedy_token(logits: &[f32]) -> u32 {
     let mut best: Option<(usize, f32)> = None;
     for (i, &x) in logits.iter().enumerate() {
         if x.is_nan() {

@@ -69,6 +69,54 @@ impl Projection {
     }
 }
 
+/// A row's largest output and its runner-up, each `(index, value)`; `(u32::MAX, NaN)` where
+/// there is none.
+pub type BestTwo = [(u32, f32); 2];
+
+impl Projection {
+    /// Each row of `x [n, in]`'s largest output among the first `below` (clamped to the
+    /// outputs) and its runner-up, the lowest index winning among equals and NaN never, from
+    /// the packed kernels' argmax epilogue, which stores no output row. `None` for a dense
+    /// weight or one with a bias: the caller computes the outputs then.
+    pub fn best_two(&self, x: &Tensor, below: usize) -> Result<Option<Vec<BestTwo>>> {
+        let Self::Packed(packed) = self else {
+            return Ok(None);
+        };
+        if packed.bias.is_some() {
+            return Ok(None);
+        }
+        let (n, inp) = x.dims2()?;
+        let matrix = &packed.matrix;
+        check_width(matrix, inp)?;
+        let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let pool = ThreadPool::global();
+        let mut input = LayerInput::default();
+        input.reset(n, inp).copy_from_slice(&values);
+        input.prepare_for(&[matrix], pool);
+        let mut best = vec![(u32::MAX, f32::NAN); n];
+        let mut runner_up = vec![(u32::MAX, f32::NAN); n];
+        matmul(
+            &mut [Task {
+                matrix,
+                input: &input,
+                output: Output::Argmax {
+                    best: &mut best,
+                    runner_up: Some(&mut runner_up),
+                    below: below.clamp(1, matrix.out_features()),
+                },
+            }],
+            pool,
+            Isa::active(),
+        );
+        Ok(Some(
+            best.into_iter()
+                .zip(runner_up)
+                .map(|(b, r)| [b, r])
+                .collect(),
+        ))
+    }
+}
+
 impl From<Linear> for Projection {
     fn from(linear: Linear) -> Self {
         Self::Dense(linear)
@@ -112,13 +160,7 @@ pub(crate) fn pack_rows(
 fn run_packed(projections: &[&PackedProjection], x: &Tensor) -> Result<Vec<Tensor>> {
     let (n, inp) = x.dims2()?;
     for p in projections {
-        if inp != p.matrix.in_features() {
-            return Err(ModelError::Invalid(format!(
-                "a packed [{}, {}] weight applied to rows of {inp}",
-                p.matrix.out_features(),
-                p.matrix.in_features()
-            )));
-        }
+        check_width(&p.matrix, inp)?;
     }
     let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     let pool = ThreadPool::global();
@@ -152,4 +194,15 @@ fn run_packed(projections: &[&PackedProjection], x: &Tensor) -> Result<Vec<Tenso
             Ok(y.to_dtype(x.dtype())?)
         })
         .collect()
+}
+
+fn check_width(matrix: &PackedMatrix, inp: usize) -> Result<()> {
+    if inp == matrix.in_features() {
+        return Ok(());
+    }
+    Err(ModelError::Invalid(format!(
+        "a packed [{}, {}] weight applied to rows of {inp}",
+        matrix.out_features(),
+        matrix.in_features()
+    )))
 }

@@ -9,13 +9,13 @@ use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
 use super::layer::{DecoderLayer, RowRope, RowSlot};
 use super::norm::RmsNorm;
 use super::rope::Rope;
-use crate::causal_lm::{CausalLm, OutputRows, SeqBlock};
+use crate::causal_lm::{greedy_token, CausalLm, OutputRows, SeqBlock};
 use crate::checkpoint::Checkpoint;
 use crate::cpu::ThreadPool;
 use crate::embedding::EmbeddingTable;
 use crate::error::{ModelError, Result};
 use crate::linear::{exact_eligible, Linear};
-use crate::projection::Projection;
+use crate::projection::{BestTwo, Projection};
 
 /// Rows a prompt is prefilled in at most, so one long prompt never runs as one huge forward.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
@@ -317,6 +317,37 @@ impl Gemma4Model {
         }
     }
 
+    /// The greedy token of each final-normed hidden state `[n, hidden]`: the lowest id among
+    /// the largest softcapped logits, as an argmax over [`Self::logits`] picks it. A packed
+    /// head finds each row's best two outputs without storing its logits; a row's logits are
+    /// computed only where the softcap rounds those two to one value.
+    pub fn greedy_tokens(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        // Logits in a narrower dtype are rounded before the argmax: only f32 ones compare as
+        // the epilogue's.
+        if hidden.dtype() != DType::F32 {
+            return self.greedy_from_logits(hidden);
+        }
+        let Some(tops) = self.lm_head.best_two(hidden, self.cfg.vocab_size)? else {
+            return self.greedy_from_logits(hidden);
+        };
+        let cap = self.cfg.final_logit_softcapping;
+        tops.iter()
+            .enumerate()
+            .map(|(r, top)| match decided_after_softcap(*top, cap) {
+                Some(token) => Ok(token),
+                None => Ok(self.greedy_from_logits(&hidden.narrow(0, r, 1)?)?[0]),
+            })
+            .collect()
+    }
+
+    fn greedy_from_logits(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        let logits = self
+            .logits(hidden)?
+            .to_dtype(DType::F32)?
+            .to_vec2::<f32>()?;
+        Ok(logits.iter().map(|row| greedy_token(row)).collect())
+    }
+
     /// The K/V a drafter reads, for positions `from .. to` of a sequence (a whole snapshot or
     /// the rows one round committed). Sliding rows must still be held.
     pub fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<SharedKv> {
@@ -460,6 +491,10 @@ impl CausalLm for Gemma4Model {
         Gemma4Model::logits(self, hidden)
     }
 
+    fn argmax(&self, hidden: &Tensor) -> Result<Vec<u32>> {
+        self.greedy_tokens(hidden)
+    }
+
     fn truncate(&self, cache: &mut SequenceCache, len: usize) -> Result<()> {
         cache.truncate(len)
     }
@@ -478,13 +513,55 @@ fn softcap(logits: Tensor, cap: f64) -> Result<Tensor> {
     }
     let shape = logits.shape().clone();
     let mut values = logits.flatten_all()?.to_vec1::<f32>()?;
-    let cap = cap as f32;
     const CHUNK: usize = 1 << 14;
     let inline = values.len() <= CHUNK;
     ThreadPool::global().for_each_chunk_mut(&mut values, CHUNK, inline, |_, chunk| {
         for v in chunk {
-            *v = (*v / cap).tanh() * cap;
+            *v = softcapped(*v, cap);
         }
     });
     Ok(Tensor::from_vec(values, shape, logits.device())?)
+}
+
+/// One f32 logit through the softcap, as [`softcap`] computes it on the CPU.
+fn softcapped(logit: f32, cap: f64) -> f32 {
+    let cap = cap as f32;
+    (logit / cap).tanh() * cap
+}
+
+/// The greedy token of a row from its two largest raw logits, when the softcap leaves the
+/// largest strictly above the runner-up (the softcap never reorders, but may round two
+/// logits to one value, and the argmax then takes the lower id); `None` when it cannot tell.
+fn decided_after_softcap([best, runner_up]: BestTwo, cap: Option<f64>) -> Option<u32> {
+    if best.0 == u32::MAX || best.1.is_nan() {
+        return None;
+    }
+    match cap {
+        _ if runner_up.0 == u32::MAX => Some(best.0),
+        None => Some(best.0),
+        Some(cap) => (softcapped(best.1, cap) > softcapped(runner_up.1, cap)).then_some(best.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_softcap_decides_a_row_only_where_it_keeps_the_two_apart() {
+        let none = (u32::MAX, f32::NAN);
+        assert_eq!(
+            decided_after_softcap([(7, 2.0), (3, 1.0)], Some(30.0)),
+            Some(7)
+        );
+        assert_eq!(decided_after_softcap([(7, 2.0), (3, 1.0)], None), Some(7));
+        assert_eq!(decided_after_softcap([(7, 2.0), none], Some(30.0)), Some(7));
+        assert_eq!(decided_after_softcap([none, none], Some(30.0)), None);
+        // Far out on the curve two raw logits a few ulps apart round to the same value, and
+        // an argmax over the softcapped logits would pick the lower id: undecided here.
+        let (hi, lo) = (500.0f32, 499.99997f32);
+        assert!(hi > lo);
+        assert_eq!(softcapped(hi, 30.0), softcapped(lo, 30.0));
+        assert_eq!(decided_after_softcap([(9, hi), (2, lo)], Some(30.0)), None);
+    }
 }

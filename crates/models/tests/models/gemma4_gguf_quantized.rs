@@ -273,3 +273,25 @@ fn q4_0_and_q5_0_files_match_their_dequantized_weights() {
         }
     }
 }
+
+#[test]
+fn greedy_tokens_are_the_argmax_of_the_softcapped_logits() {
+    use specd_models::CausalLm;
+    // The packed heads' argmax epilogue against an argmax over the logits, at every position
+    // of every prompt: float and Q8_0 heads, softcapped at 3 (target-full) and 30 (target-moe).
+    for name in TARGETS {
+        for path in [fixture_dir(name), q8_fixture(name)] {
+            let model = load(&path);
+            for ids in prompts(name) {
+                let mut cache = model.new_cache(16);
+                let hidden = model.forward_block(&mut cache, &ids).unwrap();
+                let want: Vec<u32> = rows(&model.logits(&hidden).unwrap())
+                    .iter()
+                    .map(|row| argmax(row))
+                    .collect();
+                let got = CausalLm::argmax(&model, &hidden).unwrap();
+                assert_eq!(got, want, "{}", path.display());
+            }
+        }
+    }
+}
