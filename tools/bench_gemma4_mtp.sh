@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# specd's Gemma 4 MTP draft step beside llama.cpp's, on the same GGUF pair: the medium random
-# target of tools/bench_gemma4_gguf.sh and a medium random assistant (MTP drafter) built for it.
+# specd's Gemma 4 MTP draft step and whole round beside llama.cpp's, on the same GGUF pair:
+# the medium random target of tools/bench_gemma4_gguf.sh and a medium random assistant (MTP
+# drafter) built for it.
 # Costs only (random weights: no draft is ever accepted).
 #
 # Usage: tools/bench_gemma4_mtp.sh [OUT_DIR]        (default /tmp/gemma4-medium-gguf)
@@ -36,9 +37,16 @@
 #     greedy steps (Gemma4Assistant::draft_greedy) after a 128-token target prefill, each
 #     timed right after an untimed target verify forward of K + 1 tokens (as llama.cpp's
 #     follow its verify batch), median of RUNS; ms per draft token = block / K. The bench's
-#     back-to-back figure (blocks in a row, no verify between) is printed beside it.
+#     back-to-back figure (blocks in a row, no verify between) is printed beside it;
+#  6. the whole round on both sides: llama.cpp's run above reports its decode time over the
+#     tokens it decoded, one per round since nothing is accepted (a round: verify of K + 1
+#     tokens with their logits, sampling, K draft steps); specd runs the same pair through its
+#     round loop, `specd generate --target TARGET.gguf --drafter ASSISTANT.gguf --draft mtp
+#     --block-size K+1 --prompt DIGITS --raw-prompt --max-tokens GEN --ignore-eos --json`
+#     (target/release/specd, built if absent), decode time over the tokens after the first.
 # Prints a table of both, per round, with the ratio specd / llama.cpp; raw outputs stay in
-# OUT_DIR (mtp-llama-TARGET-ASSISTANT-kK-rN.log, mtp-specd-TARGET-ASSISTANT-kK-rN.json).
+# OUT_DIR (mtp-llama-TARGET-ASSISTANT-kK-rN.log, mtp-specd-TARGET-ASSISTANT-kK-rN.json,
+# mtp-round-TARGET-ASSISTANT-kK-rN.json).
 set -euo pipefail
 
 log() { echo "bench_gemma4_mtp: $*" >&2; }
@@ -159,6 +167,8 @@ log "llama.cpp binaries: $bin"
 # joins them, so the prompt is a string of digits (each a byte token).
 prompt=$(python3 -c "print(''.join(str(i % 10) for i in range(127)))")
 (cd "$root" && cargo bench -q -p specd-models --bench gemma4_assistant --no-run) 2>&1 | tail -3 >&2
+specd=$root/target/release/specd
+[ -x "$specd" ] || (cd "$root" && cargo build --release -p specd --bin specd)
 for r in $(seq 1 "$rounds"); do
     for pair in $pairs; do
         tt=${pair%%:*} at=${pair##*:}
@@ -177,6 +187,12 @@ for r in $(seq 1 "$rounds"); do
             RAYON_NUM_THREADS=$threads cargo bench -q -p specd-models --bench gemma4_assistant) \
             >"$out/mtp-specd-$name.json" 2>"$out/mtp-specd-$name.log" \
             || { log "specd could not run this pair: $(grep -m1 -o 'load the assistant.*' "$out/mtp-specd-$name.log" || tail -1 "$out/mtp-specd-$name.log")"; : >"$out/mtp-specd-$name.json"; }
+        log "round $r, target $tt, assistant $at: specd round loop"
+        SPECD_THREADS=$threads RAYON_NUM_THREADS=$threads "$specd" generate --target "$target" \
+            --drafter "$drafter" --draft mtp --block-size $((draft + 1)) --prompt "$prompt" \
+            --raw-prompt --max-tokens "$gen" --ignore-eos --json \
+            >"$out/mtp-round-$name.json" 2>"$out/mtp-round-$name.log" \
+            || { tail -5 "$out/mtp-round-$name.log" >&2; : >"$out/mtp-round-$name.json"; }
     done
 done
 
@@ -187,8 +203,8 @@ from pathlib import Path
 out, pairs, rounds, k = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
 def fmt(x):
     return "-" if x is None else f"{x:.3f}"
-print("| target / assistant | round | specd ms per draft token, after a verify (back to back) | llama.cpp ms per draft token (tokens) | specd / llama.cpp |")
-print("| --- | ---: | ---: | ---: | ---: |")
+print("| target / assistant | round | specd ms per draft token, after a verify (back to back) | llama.cpp ms per draft token (tokens) | specd / llama.cpp | specd ms per round (rounds) | llama.cpp ms per round (rounds) | specd / llama.cpp |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for pair in pairs:
     tt, at = pair.split(":")
     for r in range(1, rounds + 1):
@@ -203,5 +219,17 @@ for pair in pairs:
             res = json.loads(raw)["results"]["assistant_saved"][f"k{k}"]
             specd, warm = res["draft_step_after_verify_ms"], res["draft_step_ms"]
         ratio = f"{specd / llama:.2f}x" if specd and llama else "-"
-        print(f"| {tt.upper()} / {at.upper()} | {r} | {fmt(specd)} ({fmt(warm)}) | {fmt(llama)} ({n}) | {ratio} |")
+        m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", text)
+        rounds_llama = int(m.group(1)) if m else 0
+        round_llama = float(m.group(2)) * 1e3 / rounds_llama if rounds_llama else None
+        raw = (out / f"mtp-round-{name}.json").read_text().strip()
+        round_specd, rounds_specd = None, 0
+        if raw:
+            res = json.loads(raw)
+            speed, rounds_specd = res["speed"], res["stats"]["rounds"]
+            if speed["decode_tokens"]:
+                round_specd = speed["decode_seconds"] * 1e3 / speed["decode_tokens"]
+        round_ratio = f"{round_specd / round_llama:.2f}x" if round_specd and round_llama else "-"
+        print(f"| {tt.upper()} / {at.upper()} | {r} | {fmt(specd)} ({fmt(warm)}) | {fmt(llama)} ({n}) | {ratio} "
+              f"| {fmt(round_specd)} ({rounds_specd}) | {fmt(round_llama)} ({rounds_llama}) | {round_ratio} |")
 PY
