@@ -76,18 +76,9 @@ fi
 for t in $types; do
     gguf=$out/gemma4-medium-$t.gguf
     [ -f "$gguf" ] && continue
-    work=$(mktemp -d)
-    copy=$work/gemma4-medium
-    mkdir -p "$copy"
-    ln -s "$ckpt/model.safetensors" "$copy/model.safetensors"
-    cp "$ckpt"/{config.json,generation_config.json} "$copy/"
-    "$py" "$root/tools/gguf_stub_tokenizer.py" "$copy" --loadable
     log "converting $ckpt to $gguf"
-    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype "$t" \
-        --outfile "$gguf.part" >"$out/convert-$t.log" 2>&1 \
-        || { tail -30 "$out/convert-$t.log" >&2; exit 1; }
-    mv "$gguf.part" "$gguf"
-    rm -rf "$work"
+    llamacpp_convert "$py" "$tree" "$ckpt" gemma4-medium "$t" "$gguf" "$out/convert-$t.log" \
+        --loadable || exit 1
 done
 
 # 3. llama.cpp

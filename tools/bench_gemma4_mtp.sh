@@ -145,18 +145,9 @@ fi
 for t in $assistant_types; do
     gguf=$out/gemma4-medium-assistant-$t.gguf
     [ -f "$gguf" ] && continue
-    work=$(mktemp -d)
-    copy=$work/gemma4-medium-assistant
-    mkdir -p "$copy"
-    ln -s "$assistant/model.safetensors" "$copy/model.safetensors"
-    cp "$assistant"/{config.json,generation_config.json} "$copy/"
-    "$py" "$root/tools/gguf_stub_tokenizer.py" "$copy" --loadable
     log "converting $assistant to $gguf"
-    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype "$t" \
-        --outfile "$gguf.part" >"$out/convert-assistant-$t.log" 2>&1 \
-        || { tail -30 "$out/convert-assistant-$t.log" >&2; exit 1; }
-    mv "$gguf.part" "$gguf"
-    rm -rf "$work"
+    llamacpp_convert "$py" "$tree" "$assistant" gemma4-medium-assistant "$t" "$gguf" \
+        "$out/convert-assistant-$t.log" --loadable || exit 1
 done
 
 # 4./5. both sides, alternating

@@ -52,28 +52,21 @@ if ! "$py" -c 'import torch, transformers, numpy, yaml, tqdm, requests' 2>/dev/n
         safetensors pyyaml tqdm requests
 fi
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 for name in target-nople target-full target-moe assistant-dense assistant-moe; do
-    # The directory keeps the fixture's name: the converter derives general.name from it.
-    copy=$work/$name
-    mkdir -p "$copy"
-    cp "$fixtures/$name"/{config.json,generation_config.json,model.safetensors} "$copy/"
-    "$py" "$root/tools/gguf_stub_tokenizer.py" "$copy"
     log "converting $name"
-    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$copy" --outtype f32 \
-        --outfile "$out/$name-f32.gguf" >"$work/$name.log" 2>&1 \
-        || { cat "$work/$name.log" >&2; exit 1; }
+    llamacpp_convert "$py" "$tree" "$fixtures/$name" "$name" f32 "$out/$name-f32.gguf" \
+        "$logs/$name.log" || exit 1
 done
 # Q8_0 copies of the dense and the mixture-of-experts target, for the CPU engine's quantized
 # path (target-full-q8_0.gguf, target-moe-q8_0.gguf): the converter keeps the matrices whose
 # rows are not whole 32-value blocks in F16, and norms and the router in F32.
 for name in target-full target-moe; do
     log "converting $name to Q8_0"
-    PYTHONPATH=$tree/gguf-py "$py" "$tree/convert_hf_to_gguf.py" "$work/$name" --outtype q8_0 \
-        --outfile "$out/$name-q8_0.gguf" >"$work/$name-q8_0.log" 2>&1 \
-        || { cat "$work/$name-q8_0.log" >&2; exit 1; }
+    llamacpp_convert "$py" "$tree" "$fixtures/$name" "$name" q8_0 "$out/$name-q8_0.gguf" \
+        "$logs/$name-q8_0.log" || exit 1
 done
 ls -l "$out"/*.gguf >&2
