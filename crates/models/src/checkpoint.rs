@@ -210,8 +210,13 @@ impl Checkpoint {
     /// Drops the mapped pages of `name` once a loader has packed its own copy of the stored
     /// bytes; they are read back from the file if asked for again.
     pub(crate) fn release(&self, name: &str) {
-        if let Store::Other(store) = &self.files {
-            store.release(name);
+        match &self.files {
+            Store::Other(store) => store.release(name),
+            Store::Safetensors(files) => {
+                if let Ok(view) = files.get(name) {
+                    drop_mapped_pages(view.data());
+                }
+            }
         }
     }
 
@@ -305,4 +310,29 @@ impl Checkpoint {
     pub fn device(&self) -> &Device {
         &self.device
     }
+}
+
+/// Drops this process's pages of `bytes`, a slice of a read-only file mapping, inward to
+/// whole 64 KiB (any page size in use); they are read back from the file if touched again.
+/// Best effort, as for a GGUF file (`GgufFile::release`).
+fn drop_mapped_pages(bytes: &[u8]) {
+    #[cfg(unix)]
+    {
+        const ALIGN: usize = 1 << 16;
+        let start = bytes.as_ptr() as usize;
+        let (from, to) = (
+            start.next_multiple_of(ALIGN),
+            (start + bytes.len()) / ALIGN * ALIGN,
+        );
+        if to > from {
+            // SAFETY: the range lies inside a read-only mapping of a file nobody writes;
+            // dropped pages come back from the file unchanged on the next read, so every
+            // slice into it stays valid.
+            unsafe {
+                libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = bytes;
 }
