@@ -171,6 +171,7 @@ fn generate_request() -> Seeds {
                     content: "w7 w8 w9".to_owned(),
                 },
             ],
+            template_variables_json: String::new(),
         })),
         speculative: Some(SpeculativeParams {
             disabled: false,

@@ -16,6 +16,18 @@ pub const QWEN2_5_CHAT_TEMPLATE: &str = include_str!("qwen2_5_chat_template.jinj
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// Variables a request hands the chat template beside its messages, as vLLM's
+/// `chat_template_kwargs` (e.g. `{"enable_thinking": true}` for Gemma 4's template).
+pub type TemplateVariables = serde_json::Map<String, serde_json::Value>;
+
+/// The variables the renderer sets itself.
+pub const RENDERER_VARIABLES: [&str; 4] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChatMessage {
     pub role: String,
@@ -135,12 +147,69 @@ impl ChatTemplate {
     /// The prompt for `messages`; with `add_generation_prompt` it ends by opening the
     /// assistant's turn.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &TemplateVariables::new())
+    }
+
+    /// [`Self::render`] with more variables for the template (such as Gemma 4's
+    /// `enable_thinking`), none of them one the renderer sets itself.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        variables: &TemplateVariables,
+    ) -> Result<String> {
+        if let Some(name) = variables
+            .keys()
+            .find(|name| RENDERER_VARIABLES.contains(&name.as_str()))
+        {
+            return Err(TextError::TemplateVariable {
+                name: name.clone(),
+                message: "set by the renderer; a request cannot replace it".into(),
+            });
+        }
         let template = self.env.get_template(TEMPLATE_NAME)?;
         Ok(template.render(context! {
             messages => Serde(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..Serde(variables)
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A template with a switch as Gemma 4's `enable_thinking`.
+    const SWITCHED: &str = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}\
+        {% endfor %}{% if add_generation_prompt %}<model>{% if not enable_thinking %}<no-thought>\
+        {% endif %}{% endif %}";
+
+    #[test]
+    fn request_variables_reach_the_template_but_cannot_replace_the_renderers() {
+        let template = ChatTemplate::new(SWITCHED)
+            .unwrap()
+            .with_special_tokens("<bos>".into(), "<eos>".into());
+        let messages = [ChatMessage::user("hi")];
+        assert_eq!(
+            template.render(&messages, true).unwrap(),
+            "<bos><user>hi<model><no-thought>"
+        );
+        let mut thinking = TemplateVariables::new();
+        thinking.insert("enable_thinking".into(), true.into());
+        assert_eq!(
+            template.render_with(&messages, true, &thinking).unwrap(),
+            "<bos><user>hi<model>"
+        );
+        for name in RENDERER_VARIABLES {
+            let mut variables = TemplateVariables::new();
+            variables.insert(name.into(), 1.into());
+            let error = template
+                .render_with(&messages, true, &variables)
+                .unwrap_err();
+            assert!(error.to_string().contains(name), "{error}");
+        }
     }
 }

@@ -22,6 +22,8 @@ pub enum TextError {
     Tokenizer { context: String, message: String },
     #[error("chat template: {0}")]
     Template(#[from] minijinja::Error),
+    #[error("chat template variable {name}: {message}")]
+    TemplateVariable { name: String, message: String },
     #[error("chat template: this target has none (no tokenizer.chat_template, chat_template.jinja or tokenizer_config.json chat_template)")]
     NoChatTemplate,
     #[error("no tokenizer: this target has no tokenizer.json and is not a GGUF file")]

@@ -14,7 +14,9 @@ mod gguf_metadata;
 mod gguf_tokenizer;
 mod target_text;
 
-pub use chat_template::{ChatMessage, ChatTemplate, QWEN2_5_CHAT_TEMPLATE};
+pub use chat_template::{
+    ChatMessage, ChatTemplate, TemplateVariables, QWEN2_5_CHAT_TEMPLATE, RENDERER_VARIABLES,
+};
 pub use error::{Result, TextError};
 pub use gemma4_tokenizer::GEMMA4_STOP_TOKENS;
 pub use gguf_metadata::{read_metadata, Metadata};

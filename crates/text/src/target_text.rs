@@ -8,7 +8,7 @@ use specd_core::stop::DetokenizeError;
 use specd_core::Detokenizer;
 use tokenizers::Tokenizer;
 
-use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::chat_template::{ChatMessage, ChatTemplate, TemplateVariables};
 use crate::checkpoint_files::CheckpointFiles;
 use crate::error::{Result, TextError};
 use crate::gguf_metadata::read_metadata;
@@ -148,8 +148,21 @@ impl TargetText {
     /// Token ids of `messages` as the chat template renders them, ready for the reply. The
     /// template writes every special token itself, so the tokenizer adds none.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        self.encode_chat_with(messages, &TemplateVariables::new())
+    }
+
+    /// [`Self::encode_chat`] with more variables for the template.
+    pub fn encode_chat_with(
+        &self,
+        messages: &[ChatMessage],
+        variables: &TemplateVariables,
+    ) -> Result<Vec<u32>> {
         let tokenizer = self.tokenizer.as_ref().ok_or(TextError::NoTokenizer)?;
-        let text = self.render_chat(messages)?;
+        let text = self
+            .template
+            .as_ref()
+            .ok_or(TextError::NoChatTemplate)?
+            .render_with(messages, true, variables)?;
         tokenizer
             .encode(text, false)
             .map(|encoding| encoding.get_ids().to_vec())

@@ -50,7 +50,8 @@ impl RequestLimits {
                 chat.messages
                     .iter()
                     .map(|m| m.role.len() + m.content.len())
-                    .sum(),
+                    .sum::<usize>()
+                    + chat.template_variables_json.len(),
             ),
             Some(generate_request::Input::PromptIds(ids)) => ("prompt_ids", ids.ids.len() * 4),
             None => ("input", 0),
@@ -128,6 +129,7 @@ mod tests {
                             role: "user".into(),
                             content: "hello".into(),
                         }],
+                        template_variables_json: String::new(),
                     })),
                     ..GenerateRequest::default()
                 },

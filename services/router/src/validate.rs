@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, RandomState};
 
 use specd_core::sampling::mix64;
 use specd_core::SamplingParams;
-use specd_text::ChatMessage;
+use specd_text::{ChatMessage, TemplateVariables, TextError};
 use specd_wire::generation::{generate_request, ChatMessages, GenerateRequest};
 use tonic::Status;
 
@@ -152,6 +152,7 @@ fn prompt_ids(
             (ids, "prompt")
         }
         Some(generate_request::Input::Messages(chat)) => {
+            let variables = template_variables(&chat.template_variables_json)?;
             let messages = chat_messages(chat)?;
             if !text.has_chat_template() {
                 return Err(Status::invalid_argument(
@@ -160,8 +161,13 @@ fn prompt_ids(
                 ));
             }
             let ids = text
-                .encode_chat(&messages)
-                .map_err(|e| Status::invalid_argument(format!("messages: {e}")))?;
+                .encode_chat_with(&messages, &variables)
+                .map_err(|e| match e {
+                    TextError::TemplateVariable { .. } => {
+                        Status::invalid_argument(format!("messages.template_variables_json: {e}"))
+                    }
+                    _ => Status::invalid_argument(format!("messages: {e}")),
+                })?;
             eos_token_ids = text.end_of_turn_ids().to_vec();
             (ids, "messages")
         }
@@ -186,6 +192,18 @@ fn prompt_ids(
 }
 
 /// The conversation, each turn checked: at least one, every role named.
+/// The chat template's extra variables: a JSON object, or nothing when empty.
+fn template_variables(json: &str) -> Result<TemplateVariables, Status> {
+    if json.trim().is_empty() {
+        return Ok(TemplateVariables::new());
+    }
+    serde_json::from_str(json).map_err(|e| {
+        Status::invalid_argument(format!(
+            "messages.template_variables_json: must be a JSON object: {e}"
+        ))
+    })
+}
+
 fn chat_messages(chat: ChatMessages) -> Result<Vec<ChatMessage>, Status> {
     if chat.messages.is_empty() {
         return Err(Status::invalid_argument(

@@ -66,6 +66,9 @@ pub struct SpecdParams {
 #[derive(Debug, Deserialize)]
 struct ChatBody {
     messages: Vec<InMessage>,
+    /// More variables for the chat template (vLLM's name), e.g. `{"enable_thinking": true}`.
+    #[serde(default)]
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     logprobs: Option<bool>,
     #[serde(default)]
@@ -195,7 +198,14 @@ pub fn chat(value: &Value) -> Result<Completion, ApiError> {
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let input = generate_request::Input::Messages(ChatMessages { messages });
+    let template_variables_json = match &body.chat_template_kwargs {
+        Some(variables) if !variables.is_empty() => Value::Object(variables.clone()).to_string(),
+        _ => String::new(),
+    };
+    let input = generate_request::Input::Messages(ChatMessages {
+        messages,
+        template_variables_json,
+    });
     completion(common, input)
 }
 

@@ -21,8 +21,9 @@ const END_OF_TURN: &str = "w7";
 /// tokenizer_config.json naming the end-of-turn token.
 fn chat_target() -> PathBuf {
     let (dir, _) = word_level_target("openai");
-    // Roles become w3 (system), w4 (user), w6 (assistant); the reply opens with w6.
-    let template = "{{ bos_token }} {% for m in messages %}{% if m.role == 'system' %}w3{% elif m.role == 'user' %}w4{% else %}w6{% endif %} {{ m.content }} {{ eos_token }} {% endfor %}{% if add_generation_prompt %}w6{% endif %}";
+    // Roles become w3 (system), w4 (user), w6 (assistant); the reply opens with w6, and with
+    // w8 after it when a request sets the template variable extra_word.
+    let template = "{{ bos_token }} {% for m in messages %}{% if m.role == 'system' %}w3{% elif m.role == 'user' %}w4{% else %}w6{% endif %} {{ m.content }} {{ eos_token }} {% endfor %}{% if add_generation_prompt %}w6{% if extra_word %} w8{% endif %}{% endif %}";
     std::fs::write(dir.join("chat_template.jinja"), template).unwrap();
     std::fs::write(
         dir.join("tokenizer_config.json"),
@@ -56,6 +57,7 @@ fn grpc_chat(max_tokens: u32, temperature: f32, seed: u64) -> GenerateRequest {
     let request = GenerateRequest {
         input: Some(generate_request::Input::Messages(ChatMessages {
             messages: vec![message("system", "w11 w12"), message("user", WORDS)],
+            template_variables_json: String::new(),
         })),
         max_tokens: Some(max_tokens),
         ..GenerateRequest::default()
@@ -201,6 +203,32 @@ async fn text_completions_over_http_equal_grpc_prompt_requests() {
 }
 
 #[tokio::test]
+async fn chat_template_kwargs_reach_the_template() {
+    let dir = chat_target();
+    let stack = Stack::start_in(None, &dir).await;
+    let http = OpenAi::new(stack.router.http.unwrap());
+    let body = |kwargs: Value| {
+        json!({
+            "messages": [{"role": "user", "content": "w5"}],
+            "max_tokens": 2,
+            "temperature": 0,
+            "chat_template_kwargs": kwargs,
+        })
+    };
+    let prompt_tokens = |answer: &Value| answer["usage"]["prompt_tokens"].as_u64().unwrap();
+    let (status, plain) = http.post("/v1/chat/completions", &body(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{plain}");
+    let (status, extra) = http
+        .post("/v1/chat/completions", &body(json!({"extra_word": true})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{extra}");
+    // w2, w4 w5, the end of turn, w6; then w8 as well.
+    assert_eq!(prompt_tokens(&plain), 5, "{plain}");
+    assert_eq!(prompt_tokens(&extra), 6, "{extra}");
+    assert_eq!(stack.live_sequences().await, 0);
+}
+
+#[tokio::test]
 async fn bad_requests_get_openai_errors_naming_the_field() {
     let dir = chat_target();
     let stack = Stack::start_in(None, &dir).await;
@@ -266,6 +294,18 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             json!({"messages": user, "model": "gpt-4"}),
             404,
             "model",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": user, "chat_template_kwargs": 5}),
+            400,
+            "chat_template_kwargs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": user, "chat_template_kwargs": {"bos_token": "w9"}}),
+            400,
+            "messages.template_variables_json",
         ),
         (
             "/v1/completions",
