@@ -14,6 +14,10 @@ use crate::cpu::{matmul, Isa, LayerInput, Output, PackedMatrix, Task, ThreadPool
 use crate::error::{ModelError, Result};
 use crate::linear::Linear;
 
+/// A row's largest output and its runner-up, each `(index, value)`; `(u32::MAX, NaN)` where
+/// there is none.
+pub type BestTwo = [(u32, f32); 2];
+
 pub enum Projection {
     Dense(Linear),
     Packed(PackedProjection),
@@ -67,32 +71,23 @@ impl Projection {
             _ => projections.iter().map(|p| p.forward(x, exact)).collect(),
         }
     }
-}
 
-/// A row's largest output and its runner-up, each `(index, value)`; `(u32::MAX, NaN)` where
-/// there is none.
-pub type BestTwo = [(u32, f32); 2];
-
-impl Projection {
     /// Each row of `x [n, in]`'s largest output among the first `below` (clamped to the
     /// outputs) and its runner-up, the lowest index winning among equals and NaN never, from
     /// the packed kernels' argmax epilogue, which stores no output row. `None` for a dense
-    /// weight or one with a bias: the caller computes the outputs then.
+    /// weight, one with a bias, or rows not in f32: the caller computes the outputs then.
     pub fn best_two(&self, x: &Tensor, below: usize) -> Result<Option<Vec<BestTwo>>> {
         let Self::Packed(packed) = self else {
             return Ok(None);
         };
-        if packed.bias.is_some() {
+        // Outputs in a narrower dtype are rounded before the caller compares them: only f32
+        // ones compare as the epilogue's.
+        if packed.bias.is_some() || x.dtype() != DType::F32 {
             return Ok(None);
         }
-        let (n, inp) = x.dims2()?;
         let matrix = &packed.matrix;
-        check_width(matrix, inp)?;
-        let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-        let pool = ThreadPool::global();
-        let mut input = LayerInput::default();
-        input.reset(n, inp).copy_from_slice(&values);
-        input.prepare_for(&[matrix], pool);
+        let (input, pool) = prepared_input(&[matrix], x)?;
+        let n = input.rows();
         let mut best = vec![(u32::MAX, f32::NAN); n];
         let mut runner_up = vec![(u32::MAX, f32::NAN); n];
         matmul(
@@ -158,16 +153,9 @@ pub(crate) fn pack_rows(
 /// `x [n, in]` through each packed projection in one parallel region, as `[n, out]` tensors
 /// in `x`'s dtype.
 fn run_packed(projections: &[&PackedProjection], x: &Tensor) -> Result<Vec<Tensor>> {
-    let (n, inp) = x.dims2()?;
-    for p in projections {
-        check_width(&p.matrix, inp)?;
-    }
-    let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    let pool = ThreadPool::global();
-    let mut input = LayerInput::default();
-    input.reset(n, inp).copy_from_slice(&values);
     let matrices: Vec<&PackedMatrix> = projections.iter().map(|p| &p.matrix).collect();
-    input.prepare_for(&matrices, pool);
+    let (input, pool) = prepared_input(&matrices, x)?;
+    let n = input.rows();
     let mut outputs: Vec<Vec<f32>> = projections
         .iter()
         .map(|p| vec![0f32; n * p.matrix.out_features()])
@@ -196,13 +184,24 @@ fn run_packed(projections: &[&PackedProjection], x: &Tensor) -> Result<Vec<Tenso
         .collect()
 }
 
-fn check_width(matrix: &PackedMatrix, inp: usize) -> Result<()> {
-    if inp == matrix.in_features() {
-        return Ok(());
+/// The rows of `x [n, in]` as the kernels of every matrix read them, after checking that each
+/// takes rows of `in`.
+fn prepared_input(
+    matrices: &[&PackedMatrix],
+    x: &Tensor,
+) -> Result<(LayerInput, &'static ThreadPool)> {
+    let (n, inp) = x.dims2()?;
+    if let Some(m) = matrices.iter().find(|m| m.in_features() != inp) {
+        return Err(ModelError::Invalid(format!(
+            "a packed [{}, {}] weight applied to rows of {inp}",
+            m.out_features(),
+            m.in_features()
+        )));
     }
-    Err(ModelError::Invalid(format!(
-        "a packed [{}, {}] weight applied to rows of {inp}",
-        matrix.out_features(),
-        matrix.in_features()
-    )))
+    let values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let pool = ThreadPool::global();
+    let mut input = LayerInput::default();
+    input.reset(n, inp).copy_from_slice(&values);
+    input.prepare_for(matrices, pool);
+    Ok((input, pool))
 }

@@ -322,11 +322,6 @@ impl Gemma4Model {
     /// head finds each row's best two outputs without storing its logits; a row's logits are
     /// computed only where the softcap rounds those two to one value.
     pub fn greedy_tokens(&self, hidden: &Tensor) -> Result<Vec<u32>> {
-        // Logits in a narrower dtype are rounded before the argmax: only f32 ones compare as
-        // the epilogue's.
-        if hidden.dtype() != DType::F32 {
-            return self.greedy_from_logits(hidden);
-        }
         let Some(tops) = self.lm_head.best_two(hidden, self.cfg.vocab_size)? else {
             return self.greedy_from_logits(hidden);
         };

@@ -189,13 +189,10 @@ impl Head {
     pub fn argmax(&self, normed: &Tensor, vocab_size: usize, exact: bool) -> Result<u32> {
         let best = match self {
             // A packed head's argmax epilogue keeps first_argmax's order and stores no logits.
-            Self::Dense(lm_head) if normed.dtype() == DType::F32 => {
-                match lm_head.best_two(normed, vocab_size)?.as_deref() {
-                    Some([[(id, _), _]]) => (*id != u32::MAX).then_some(*id),
-                    _ => first_argmax(&self.logits(normed, vocab_size, exact)?),
-                }
-            }
-            Self::Dense(_) => first_argmax(&self.logits(normed, vocab_size, exact)?),
+            Self::Dense(lm_head) => match lm_head.best_two(normed, vocab_size)?.as_deref() {
+                Some([[(id, _), _]]) => (*id != u32::MAX).then_some(*id),
+                _ => first_argmax(&self.logits(normed, vocab_size, exact)?),
+            },
             Self::Centroid(head) => head.select(normed, exact)?.argmax(),
         };
         best.ok_or_else(|| ModelError::Invalid("every drafter logit is NaN".into()))
