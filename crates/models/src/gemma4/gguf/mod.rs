@@ -174,12 +174,9 @@ impl TensorStore for GgufStore {
     }
 
     fn load(&self, name: &str) -> Result<Tensor> {
-        let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
-            name: self.display_name(name),
-        })?;
-        match self.split_gate_up(&gguf) {
-            Some((gate, up)) => self.joined_gate_up(&gate, &up),
-            None => self.dense(&gguf),
+        match self.locate(name)? {
+            Located::Tensor(gguf) => self.dense(&gguf),
+            Located::GateUp { gate, up } => self.joined_gate_up(&gate, &up),
         }
     }
 
@@ -188,27 +185,32 @@ impl TensorStore for GgufStore {
     }
 
     fn stored(&self, name: &str, floats: bool) -> Result<Option<StoredMatrix<'_>>> {
-        let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
-            name: self.display_name(name),
-        })?;
-        match self.split_gate_up(&gguf) {
-            Some((gate, up)) => self.joined_stored(&gate, &up, floats),
-            None => self.stored_matrix(&gguf, floats),
+        match self.locate(name)? {
+            Located::Tensor(gguf) => self.stored_matrix(&gguf, floats),
+            Located::GateUp { gate, up } => self.joined_stored(&gate, &up, floats),
         }
     }
 
     fn release(&self, name: &str) {
-        let Some(gguf) = gguf_name(name) else {
-            return;
-        };
-        match self.split_gate_up(&gguf) {
-            Some((gate, up)) => {
+        match self.locate(name) {
+            Ok(Located::Tensor(gguf)) => self.file.release(&gguf),
+            Ok(Located::GateUp { gate, up }) => {
                 self.file.release(&gate);
                 self.file.release(&up);
             }
-            None => self.file.release(&gguf),
+            Err(_) => {}
         }
     }
+}
+
+/// Where the file keeps the tensor a loader asks for.
+enum Located {
+    Tensor(String),
+    /// A layer's fused expert gate/up weight, stored as its two halves.
+    GateUp {
+        gate: String,
+        up: String,
+    },
 }
 
 /// Whether a GGUF type is one of the float types [`GgufStore::dense`] reads.
@@ -305,6 +307,17 @@ impl GgufStore {
             dims,
             bytes: Cow::Owned(bytes),
         }))
+    }
+
+    /// The GGUF tensor(s) holding the tensor the loaders call `name`.
+    fn locate(&self, name: &str) -> Result<Located> {
+        let gguf = gguf_name(name).ok_or_else(|| ModelError::MissingTensor {
+            name: self.display_name(name),
+        })?;
+        Ok(match self.split_gate_up(&gguf) {
+            Some((gate, up)) => Located::GateUp { gate, up },
+            None => Located::Tensor(gguf),
+        })
     }
 
     /// The separate expert gate and up tensors standing in for `gguf` when it is a layer's
