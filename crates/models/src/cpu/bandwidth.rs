@@ -1,9 +1,11 @@
 //! The machine's memory read bandwidth, measured the way the kernels read weights: every
-//! worker of the pool streams its share of a buffer much larger than the caches.
+//! worker of the pool streams its share of a buffer much larger than the caches, held in
+//! the same storage as packed weights (huge pages where the system offers them).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use super::buffer::AlignedBytes;
 use super::pool::ThreadPool;
 
 /// Bytes read per measurement: far beyond any last-level cache a machine has today.
@@ -12,7 +14,14 @@ const BUFFER_BYTES: usize = 1 << 30;
 /// The best of `runs` passes over a 1 GiB buffer, in bytes per second.
 pub fn read_bandwidth(pool: &ThreadPool, runs: usize) -> f64 {
     let words = BUFFER_BYTES / 8;
-    let buffer: Vec<u64> = (0..words as u64).collect();
+    let mut storage = AlignedBytes::zeroed(BUFFER_BYTES);
+    for (i, word) in storage.as_mut_slice().chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&(i as u64).to_le_bytes());
+    }
+    // SAFETY: the storage is 64-byte aligned and `BUFFER_BYTES` long, a whole number of
+    // initialised u64 words.
+    let buffer: &[u64] =
+        unsafe { std::slice::from_raw_parts(storage.as_slice().as_ptr() as *const u64, words) };
     let threads = pool.threads();
     let share = words.div_ceil(threads);
     let sink = AtomicU64::new(0);

@@ -12,6 +12,7 @@
 mod activation;
 mod attention;
 mod bandwidth;
+mod buffer;
 mod format;
 mod isa;
 mod kv;

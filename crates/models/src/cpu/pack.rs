@@ -21,40 +21,12 @@
 //!
 //! Every layout but Q4_K's is exactly as large as the GGUF rows it came from.
 
+use super::buffer::AlignedBytes;
 use super::format::{DecodedBlock, WeightFormat};
 use super::pool::ThreadPool;
 
 /// Output columns per tile.
 pub const TILE: usize = 16;
-
-/// 64-byte aligned storage.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-pub(crate) struct AlignedBytes {
-    lines: Vec<Line>,
-    len: usize,
-}
-
-impl AlignedBytes {
-    pub(crate) fn zeroed(len: usize) -> Self {
-        Self {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-            len,
-        }
-    }
-
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        // SAFETY: the lines are `len.div_ceil(64) * 64 >= len` initialised bytes.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.len) }
-    }
-
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` is unique.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, self.len) }
-    }
-}
 
 /// A weight `[out, inp]` in tiles, ready for the kernels.
 pub struct PackedMatrix {
@@ -156,7 +128,7 @@ impl PackedMatrix {
 
     /// Bytes held, which are also the bytes one pass over the matrix streams.
     pub fn bytes(&self) -> usize {
-        self.data.len
+        self.data.as_slice().len()
     }
 }
 

@@ -14,7 +14,7 @@ pub const MAX_ROWS: usize = 8;
 
 /// How far ahead of the block being read the kernels ask for its lines: the hardware
 /// streamers alone leave a single-row pass about 25% below the machine's read bandwidth.
-const PREFETCH_DISTANCE: usize = 1024;
+const PREFETCH_DISTANCE: usize = 2048;
 
 /// Asks for the lines `PREFETCH_DISTANCE` bytes past `p..p + len`.
 #[inline(always)]
@@ -75,7 +75,7 @@ unsafe fn q4k<L: Lanes, const R: usize>(
     let mut acc = [L::zero_f(); R];
     for sb in 0..blocks {
         let h = tile.add(sb * 2368);
-        ahead::<L>(h, 2368);
+        ahead::<L>(h, 320);
         let d = L::load_f16(h);
         let dmin = L::load_f16(h.add(32));
         // The mins first, folded into the accumulators, so that their registers are free
@@ -89,6 +89,7 @@ unsafe fn q4k<L: Lanes, const R: usize>(
         }
         let mut isum = [L::zero_i(); R];
         for j in 0..8 {
+            ahead::<L>(h.add(320 + 256 * j), 256);
             let sc = L::load_u8(h.add(64 + 16 * j));
             let w = nibble_groups::<L>(h.add(320 + 256 * j));
             for r in 0..R {
@@ -140,13 +141,14 @@ unsafe fn q6k<L: Lanes, const R: usize>(
     let mut acc = [L::zero_f(); R];
     for sb in 0..blocks {
         let h = tile.add(sb * 3360);
-        ahead::<L>(h, 3360);
+        ahead::<L>(h, 288);
         let d = L::load_f16(h);
         let mut isum = [L::zero_i(); R];
         // Sum of scale * code sum, taken out of `isum` for the codes' zero point of 32.
         let mut zsum = [L::zero_i(); R];
         for span in 0..8 {
             let p = h.add(288 + 384 * span);
+            ahead::<L>(p, 384);
             let scales = L::load_i8_pairs(h.add(32 + 32 * span));
             let sc = [L::low_i16(scales), L::high_i16(scales)];
             let mut w = nibble_groups::<L>(p);
