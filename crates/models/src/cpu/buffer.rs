@@ -25,10 +25,6 @@ enum Storage {
     Mapped(huge::Mapping),
 }
 
-// SAFETY: the mapping is owned memory like a `Vec`'s, reached only through `&`/`&mut self`.
-unsafe impl Send for AlignedBytes {}
-unsafe impl Sync for AlignedBytes {}
-
 impl AlignedBytes {
     pub(crate) fn zeroed(len: usize) -> Self {
         #[cfg(target_os = "linux")]
@@ -75,6 +71,11 @@ mod huge {
         mapped: usize,
         start: *mut u8,
     }
+
+    // SAFETY: the mapping is memory owned like a `Vec`'s buffer: it is freed only on drop
+    // and reached only through `AlignedBytes`' `&self`/`&mut self` methods.
+    unsafe impl Send for Mapping {}
+    unsafe impl Sync for Mapping {}
 
     impl Mapping {
         /// `len` zeroed bytes (fresh anonymous pages), or `None` if the mapping fails.

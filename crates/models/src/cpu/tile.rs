@@ -89,9 +89,10 @@ unsafe fn q4k<L: Lanes, const R: usize>(
         }
         let mut isum = [L::zero_i(); R];
         for j in 0..8 {
-            ahead::<L>(h.add(320 + 256 * j), 256);
+            let codes = h.add(320 + 256 * j);
+            ahead::<L>(codes, 256);
             let sc = L::load_u8(h.add(64 + 16 * j));
-            let w = nibble_groups::<L>(h.add(320 + 256 * j));
+            let w = nibble_groups::<L>(codes);
             for r in 0..R {
                 let s = dot_groups::<L>(&w, &rows[r], sb * 256 + 32 * j);
                 isum[r] = L::add_i(isum[r], L::mul_i(s, sc));
