@@ -3,7 +3,7 @@
 use super::activation::ActRow;
 use super::format::WeightFormat;
 use super::lanes::portable::Portable;
-use super::tile::run_rows;
+use super::tile::{run_rows, MAX_ROWS};
 
 /// The environment variable that forces a kernel set (`avx512`, `avx2` or `portable`); a
 /// set the CPU lacks falls back to the best one it has.
@@ -85,16 +85,16 @@ impl Isa {
     }
 
     /// One pass over a gate tile and the matching up tile for 1..=8 rows, writing
-    /// `silu(gate) * up` (the SwiGLU of an MLP).
+    /// `silu(gate) * up` (the SwiGLU of an MLP) into `out`.
     ///
     /// # Safety
-    /// As [`Isa::run_tile`], for each tile with its own format and block count (both
+    /// As [`Isa::run_tiles`], for each tile with its own format and block count (both
     /// formats read the same activation rows).
     pub(crate) unsafe fn run_swiglu_tile(
         self,
         tiles: [(WeightFormat, *const u8, usize); 2],
         rows: &[ActRow],
-        out: &mut [[f32; 16]],
+        out: &mut [[f32; 16]; MAX_ROWS],
     ) {
         match self {
             #[cfg(target_arch = "x86_64")]
@@ -105,25 +105,27 @@ impl Isa {
         }
     }
 
-    /// One pass over a tile for 1..=8 rows.
+    /// One pass over one tile, or over two tiles of the same format and length at once,
+    /// for 1..=8 rows; `out[t][r]` gets tile `t`, row `r`.
     ///
     /// # Safety
-    /// `self` must be supported; `tile` must hold `blocks` blocks of `format`; each row's
-    /// pointers must cover the reduction length.
-    pub(crate) unsafe fn run_tile(
+    /// `self` must be supported; each tile must hold `blocks` blocks of `format`; each
+    /// row's pointers must cover the reduction length.
+    pub(crate) unsafe fn run_tiles(
         self,
         format: WeightFormat,
-        tile: *const u8,
+        tiles: &[*const u8],
         blocks: usize,
         rows: &[ActRow],
-        out: &mut [[f32; 16]],
+        out: &mut [[[f32; 16]; MAX_ROWS]],
     ) {
+        debug_assert!(matches!(tiles.len(), 1 | 2) && out.len() >= tiles.len());
         match self {
             #[cfg(target_arch = "x86_64")]
-            Self::Avx512Vnni => tile_avx512(format, tile, blocks, rows, out),
+            Self::Avx512Vnni => tile_avx512(format, tiles, blocks, rows, out),
             #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => tile_avx2(format, tile, blocks, rows, out),
-            _ => tile_portable(format, tile, blocks, rows, out),
+            Self::Avx2 => tile_avx2(format, tiles, blocks, rows, out),
+            _ => run_rows::<Portable>(format, tiles, blocks, rows, out),
         }
     }
 }
@@ -132,50 +134,45 @@ impl Isa {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
 unsafe fn tile_avx512(
     format: WeightFormat,
-    tile: *const u8,
+    tiles: &[*const u8],
     blocks: usize,
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
 ) {
-    run_rows::<super::lanes::avx512::Avx512>(format, tile, blocks, rows, out)
+    run_rows::<super::lanes::avx512::Avx512>(format, tiles, blocks, rows, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2(
     format: WeightFormat,
-    tile: *const u8,
+    tiles: &[*const u8],
     blocks: usize,
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
 ) {
-    run_rows::<super::lanes::avx2::Avx2>(format, tile, blocks, rows, out)
+    run_rows::<super::lanes::avx2::Avx2>(format, tiles, blocks, rows, out)
 }
 
-unsafe fn tile_portable(
-    format: WeightFormat,
-    tile: *const u8,
-    blocks: usize,
-    rows: &[ActRow],
-    out: &mut [[f32; 16]],
-) {
-    run_rows::<Portable>(format, tile, blocks, rows, out)
-}
-
-/// Gate and up tiles, then `silu(gate) * up` in place of the gate values.
+/// Gate and up tiles (read together where they match), then `silu(gate) * up`.
 #[inline(always)]
 unsafe fn swiglu<L: super::lanes::Lanes>(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[f32; 16]; MAX_ROWS],
 ) {
-    let mut up = [[0f32; 16]; super::tile::MAX_ROWS];
-    let [(gate_format, gate, gate_blocks), (up_format, up_tile, up_blocks)] = tiles;
-    run_rows::<L>(gate_format, gate, gate_blocks, rows, out);
-    run_rows::<L>(up_format, up_tile, up_blocks, rows, &mut up[..rows.len()]);
-    for (gate, up) in out.iter_mut().zip(&up) {
-        for (g, u) in gate.iter_mut().zip(up) {
-            *g = *g / (1.0 + super::ops::exp(-*g)) * u;
+    let mut both = [[[0f32; 16]; MAX_ROWS]; 2];
+    let [(gate_format, gate, gate_blocks), (up_format, up, up_blocks)] = tiles;
+    if (gate_format, gate_blocks) == (up_format, up_blocks) {
+        run_rows::<L>(gate_format, &[gate, up], gate_blocks, rows, &mut both);
+    } else {
+        run_rows::<L>(gate_format, &[gate], gate_blocks, rows, &mut both[..1]);
+        run_rows::<L>(up_format, &[up], up_blocks, rows, &mut both[1..]);
+    }
+    let [gates, ups] = &both;
+    for ((out, gate), up) in out.iter_mut().zip(gates).zip(ups).take(rows.len()) {
+        for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+            *o = *g / (1.0 + super::ops::exp(-*g)) * u;
         }
     }
 }
@@ -185,7 +182,7 @@ unsafe fn swiglu<L: super::lanes::Lanes>(
 unsafe fn swiglu_avx512(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[f32; 16]; MAX_ROWS],
 ) {
     swiglu::<super::lanes::avx512::Avx512>(tiles, rows, out)
 }
@@ -195,7 +192,7 @@ unsafe fn swiglu_avx512(
 unsafe fn swiglu_avx2(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[f32; 16]; MAX_ROWS],
 ) {
     swiglu::<super::lanes::avx2::Avx2>(tiles, rows, out)
 }

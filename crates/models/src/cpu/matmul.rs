@@ -259,12 +259,29 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
         for part in parts.iter().flatten() {
             let tiles = part.start..part.start + part.tiles;
             let (from, to) = (first.max(tiles.start), end.min(tiles.end));
-            for g in from..to {
-                let argmax = part.argmax.as_ref().map(|slots| {
-                    // SAFETY: slot `worker` belongs to this worker alone.
-                    unsafe { &mut *slots.0[worker].get() }
-                });
-                run_tile(part, g - part.start, isa, argmax);
+            if from >= to {
+                continue;
+            }
+            let (from, to) = (from - part.start, to - part.start);
+            let mut argmax = part.argmax.as_ref().map(|slots| {
+                // SAFETY: slot `worker` belongs to this worker alone.
+                unsafe { &mut *slots.0[worker].get() }
+            });
+            // A SwiGLU tile already reads two streams (gate and up).
+            if part.up.is_none() {
+                // Tile i of the first half beside tile i of the second: two streams far
+                // enough apart to be fetched independently.
+                let half = (to - from) / 2;
+                for i in from..from + half {
+                    run_tiles(part, &[i, i + half], isa, argmax.as_deref_mut());
+                }
+                if (to - from) % 2 == 1 {
+                    run_tiles(part, &[to - 1], isa, argmax.as_deref_mut());
+                }
+            } else {
+                for g in from..to {
+                    run_tiles(part, &[g], isa, argmax.as_deref_mut());
+                }
             }
         }
     });
@@ -304,14 +321,16 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     }
 }
 
-fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<TopTwo>>) {
+/// One tile, or two read together (see [`Isa::run_tiles`]), for every input row.
+fn run_tiles(part: &Part<'_>, tiles: &[usize], isa: Isa, mut argmax: Option<&mut Vec<TopTwo>>) {
     let (matrix, input, out, bias) = (part.matrix, part.input, part.out, part.bias);
     let kind = matrix.format().activation();
     let n_out = matrix.out_features();
-    let first_col = tile * TILE;
-    let valid = TILE.min(part.columns - first_col);
-    let ptr = matrix.tile_ptr(tile);
-    let mut buf = [[0f32; 16]; MAX_ROWS];
+    let ptrs = [
+        matrix.tile_ptr(tiles[0]),
+        matrix.tile_ptr(tiles[tiles.len() - 1]),
+    ];
+    let mut buf = [[[0f32; 16]; MAX_ROWS]; 2];
     let mut r0 = 0;
     while r0 < input.rows() {
         let n = MAX_ROWS.min(input.rows() - r0);
@@ -323,46 +342,53 @@ fn run_tile(part: &Part<'_>, tile: usize, isa: Isa, mut argmax: Option<&mut Vec<
             // SAFETY: `isa` is supported (checked in `run`), the tiles and rows match the
             // matrices (the up projection has the gate's shape and activation kind).
             Some(up) => unsafe {
-                isa.run_swiglu_tile(
-                    [
-                        (matrix.format(), ptr, matrix.blocks()),
-                        (up.format(), up.tile_ptr(tile), up.blocks()),
-                    ],
-                    &rows[..n],
-                    &mut buf[..n],
-                )
+                for (&tile, buf) in tiles.iter().zip(buf.iter_mut()) {
+                    isa.run_swiglu_tile(
+                        [
+                            (matrix.format(), matrix.tile_ptr(tile), matrix.blocks()),
+                            (up.format(), up.tile_ptr(tile), up.blocks()),
+                        ],
+                        &rows[..n],
+                        buf,
+                    )
+                }
             },
-            // SAFETY: as above.
+            // SAFETY: as above; paired tiles are tiles of one matrix.
             None => unsafe {
-                isa.run_tile(
+                isa.run_tiles(
                     matrix.format(),
-                    ptr,
+                    &ptrs[..tiles.len()],
                     matrix.blocks(),
                     &rows[..n],
-                    &mut buf[..n],
+                    &mut buf,
                 )
             },
         }
-        for (i, vals) in buf.iter().take(n).enumerate() {
-            let r = r0 + i;
-            if let Some(SendPtr(out)) = out {
-                // SAFETY: this tile alone writes columns first_col..first_col + valid of row r.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(out.add(r * n_out + first_col), valid)
-                };
-                match bias {
-                    Some(b) => {
-                        for ((d, v), b) in dst.iter_mut().zip(vals).zip(&b[first_col..]) {
-                            *d = v + b;
+        for (&tile, buf) in tiles.iter().zip(&buf) {
+            let first_col = tile * TILE;
+            let valid = TILE.min(part.columns - first_col);
+            for (i, vals) in buf.iter().take(n).enumerate() {
+                let r = r0 + i;
+                if let Some(SendPtr(out)) = out {
+                    // SAFETY: this tile alone writes columns first_col..first_col + valid
+                    // of row r.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(out.add(r * n_out + first_col), valid)
+                    };
+                    match bias {
+                        Some(b) => {
+                            for ((d, v), b) in dst.iter_mut().zip(vals).zip(&b[first_col..]) {
+                                *d = v + b;
+                            }
                         }
+                        None => dst.copy_from_slice(&vals[..valid]),
                     }
-                    None => dst.copy_from_slice(&vals[..valid]),
                 }
-            }
-            if let Some(best) = argmax.as_deref_mut() {
-                for (c, v) in vals.iter().take(valid).enumerate() {
-                    if !v.is_nan() {
-                        offer(&mut best[r], ((first_col + c) as u32, *v));
+                if let Some(best) = argmax.as_deref_mut() {
+                    for (c, v) in vals.iter().take(valid).enumerate() {
+                        if !v.is_nan() {
+                            offer(&mut best[r], ((first_col + c) as u32, *v));
+                        }
                     }
                 }
             }

@@ -138,10 +138,20 @@ fn packed_matmul_matches_the_float_reference() {
     }
 }
 
+/// Matrices wide enough that workers take chunks of several tiles and read them in
+/// pairs, with a tile that one thread count reads paired and another alone.
+const WIDE_SHAPES: [(WeightFormat, usize, usize); 5] = [
+    (WeightFormat::Q4K, 1000, 256),
+    (WeightFormat::Q6K, 1000, 256),
+    (WeightFormat::Q5_0, 1000, 64),
+    (WeightFormat::Q8_0, 1000, 64),
+    (WeightFormat::F16, 1000, 24),
+];
+
 #[test]
 fn every_row_count_thread_count_and_kernel_set_gives_the_same_bits() {
     let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
-    for (format, out, inp) in SHAPES {
+    for (format, out, inp) in SHAPES.into_iter().chain(WIDE_SHAPES) {
         let (raw, _) = weight(format, out, inp, 7);
         let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pools[1]).unwrap();
         let x = inputs(16, inp, 11);

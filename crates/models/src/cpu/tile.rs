@@ -67,41 +67,43 @@ unsafe fn dot_groups<L: Lanes>(w: &[L::B], row: &ActRow, at: usize) -> L::I {
 }
 
 #[inline(always)]
-unsafe fn q4k<L: Lanes, const R: usize>(
-    tile: *const u8,
+unsafe fn q4k<L: Lanes, const R: usize, const T: usize>(
+    tiles: [*const u8; T],
     blocks: usize,
     rows: &[ActRow; R],
-) -> [L::F; R] {
-    let mut acc = [L::zero_f(); R];
+) -> [[L::F; R]; T] {
+    let mut acc = [[L::zero_f(); R]; T];
     for sb in 0..blocks {
-        let h = tile.add(sb * 2368);
-        ahead::<L>(h, 320);
-        let d = L::load_f16(h);
-        let dmin = L::load_f16(h.add(32));
-        // The mins first, folded into the accumulators, so that their registers are free
-        // for the codes.
-        let mins: [L::I; 4] = std::array::from_fn(|q| L::load_u8_pairs(h.add(192 + 32 * q)));
-        let mut msum = [L::zero_i(); R];
-        for r in 0..R {
-            for (q, m) in mins.iter().enumerate() {
-                msum[r] = L::dot2(msum[r], *m, *rows[r].pairs32.add(sb * 4 + q));
-            }
-        }
-        let mut isum = [L::zero_i(); R];
-        for j in 0..8 {
-            let codes = h.add(320 + 256 * j);
-            ahead::<L>(codes, 256);
-            let sc = L::load_u8(h.add(64 + 16 * j));
-            let w = nibble_groups::<L>(codes);
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            let h = tile.add(sb * 2368);
+            ahead::<L>(h, 320);
+            let d = L::load_f16(h);
+            let dmin = L::load_f16(h.add(32));
+            // The mins first, folded into the accumulators, so that their registers are free
+            // for the codes.
+            let mins: [L::I; 4] = std::array::from_fn(|q| L::load_u8_pairs(h.add(192 + 32 * q)));
+            let mut msum = [L::zero_i(); R];
             for r in 0..R {
-                let s = dot_groups::<L>(&w, &rows[r], sb * 256 + 32 * j);
-                isum[r] = L::add_i(isum[r], L::mul_i(s, sc));
+                for (q, m) in mins.iter().enumerate() {
+                    msum[r] = L::dot2(msum[r], *m, *rows[r].pairs32.add(sb * 4 + q));
+                }
             }
-        }
-        for r in 0..R {
-            let dy = *rows[r].d.add(sb);
-            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum[r]), acc[r]);
-            acc[r] = L::fma_f(L::mul_f(dmin, L::splat_f(-dy)), L::cvt(msum[r]), acc[r]);
+            let mut isum = [L::zero_i(); R];
+            for j in 0..8 {
+                let codes = h.add(320 + 256 * j);
+                ahead::<L>(codes, 256);
+                let sc = L::load_u8(h.add(64 + 16 * j));
+                let w = nibble_groups::<L>(codes);
+                for r in 0..R {
+                    let s = dot_groups::<L>(&w, &rows[r], sb * 256 + 32 * j);
+                    isum[r] = L::add_i(isum[r], L::mul_i(s, sc));
+                }
+            }
+            for r in 0..R {
+                let dy = *rows[r].d.add(sb);
+                acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum[r]), acc[r]);
+                acc[r] = L::fma_f(L::mul_f(dmin, L::splat_f(-dy)), L::cvt(msum[r]), acc[r]);
+            }
         }
     }
     acc
@@ -134,46 +136,48 @@ unsafe fn q6_high<L: Lanes>(qh: L::B, i: usize) -> L::B {
 }
 
 #[inline(always)]
-unsafe fn q6k<L: Lanes, const R: usize>(
-    tile: *const u8,
+unsafe fn q6k<L: Lanes, const R: usize, const T: usize>(
+    tiles: [*const u8; T],
     blocks: usize,
     rows: &[ActRow; R],
-) -> [L::F; R] {
-    let mut acc = [L::zero_f(); R];
+) -> [[L::F; R]; T] {
+    let mut acc = [[L::zero_f(); R]; T];
     for sb in 0..blocks {
-        let h = tile.add(sb * 3360);
-        ahead::<L>(h, 288);
-        let d = L::load_f16(h);
-        let mut isum = [L::zero_i(); R];
-        // Sum of scale * code sum, taken out of `isum` for the codes' zero point of 32.
-        let mut zsum = [L::zero_i(); R];
-        for span in 0..8 {
-            let p = h.add(288 + 384 * span);
-            ahead::<L>(p, 384);
-            let scales = L::load_i8_pairs(h.add(32 + 32 * span));
-            let sc = [L::low_i16(scales), L::high_i16(scales)];
-            let mut w = nibble_groups::<L>(p);
-            let qh = [L::load_b(p.add(256)), L::load_b(p.add(320))];
-            for (g, wg) in w.iter_mut().enumerate() {
-                *wg = L::or_b(*wg, q6_high::<L>(qh[g / 4], g % 4));
-            }
-            for r in 0..R {
-                zsum[r] = L::dot2(zsum[r], scales, *rows[r].pairs16.add(sb * 8 + span));
-                for half in 0..2 {
-                    let at = sb * 256 + 32 * span + 16 * half;
-                    let s = dot_groups::<L>(&w[4 * half..4 * half + 4], &rows[r], at);
-                    isum[r] = L::add_i(isum[r], L::mul_i(s, sc[half]));
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            let h = tile.add(sb * 3360);
+            ahead::<L>(h, 288);
+            let d = L::load_f16(h);
+            let mut isum = [L::zero_i(); R];
+            // Sum of scale * code sum, taken out of `isum` for the codes' zero point of 32.
+            let mut zsum = [L::zero_i(); R];
+            for span in 0..8 {
+                let p = h.add(288 + 384 * span);
+                ahead::<L>(p, 384);
+                let scales = L::load_i8_pairs(h.add(32 + 32 * span));
+                let sc = [L::low_i16(scales), L::high_i16(scales)];
+                let mut w = nibble_groups::<L>(p);
+                let qh = [L::load_b(p.add(256)), L::load_b(p.add(320))];
+                for (g, wg) in w.iter_mut().enumerate() {
+                    *wg = L::or_b(*wg, q6_high::<L>(qh[g / 4], g % 4));
+                }
+                for r in 0..R {
+                    zsum[r] = L::dot2(zsum[r], scales, *rows[r].pairs16.add(sb * 8 + span));
+                    for half in 0..2 {
+                        let at = sb * 256 + 32 * span + 16 * half;
+                        let s = dot_groups::<L>(&w[4 * half..4 * half + 4], &rows[r], at);
+                        isum[r] = L::add_i(isum[r], L::mul_i(s, sc[half]));
+                    }
                 }
             }
-        }
-        for r in 0..R {
-            let zero = L::mul_i(zsum[r], L::splat_i(32));
-            let dy = *rows[r].d.add(sb);
-            acc[r] = L::fma_f(
-                L::mul_f(d, L::splat_f(dy)),
-                L::cvt(L::sub_i(isum[r], zero)),
-                acc[r],
-            );
+            for r in 0..R {
+                let zero = L::mul_i(zsum[r], L::splat_i(32));
+                let dy = *rows[r].d.add(sb);
+                acc[r] = L::fma_f(
+                    L::mul_f(d, L::splat_f(dy)),
+                    L::cvt(L::sub_i(isum[r], zero)),
+                    acc[r],
+                );
+            }
         }
     }
     acc
@@ -181,56 +185,60 @@ unsafe fn q6k<L: Lanes, const R: usize>(
 
 /// Q4_0 and Q5_0: unsigned codes with a zero point of 8 or 16.
 #[inline(always)]
-unsafe fn q_0<L: Lanes, const R: usize, const FIVE: bool>(
-    tile: *const u8,
+unsafe fn q_0<L: Lanes, const R: usize, const T: usize, const FIVE: bool>(
+    tiles: [*const u8; T],
     blocks: usize,
     rows: &[ActRow; R],
-) -> [L::F; R] {
+) -> [[L::F; R]; T] {
     let (bytes, zero) = if FIVE { (352, 16) } else { (288, 8) };
-    let mut acc = [L::zero_f(); R];
+    let mut acc = [[L::zero_f(); R]; T];
     for b in 0..blocks {
-        let h = tile.add(b * bytes);
-        ahead::<L>(h, bytes);
-        let d = L::load_f16(h);
-        let mut w = nibble_groups::<L>(h.add(32));
-        if FIVE {
-            let qh = L::load_b(h.add(288));
-            for (g, wg) in w.iter_mut().enumerate() {
-                *wg = L::or_b(*wg, q5_high::<L>(qh, g));
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            let h = tile.add(b * bytes);
+            ahead::<L>(h, bytes);
+            let d = L::load_f16(h);
+            let mut w = nibble_groups::<L>(h.add(32));
+            if FIVE {
+                let qh = L::load_b(h.add(288));
+                for (g, wg) in w.iter_mut().enumerate() {
+                    *wg = L::or_b(*wg, q5_high::<L>(qh, g));
+                }
             }
-        }
-        for r in 0..R {
-            let s = dot_groups::<L>(&w, &rows[r], 32 * b);
-            let isum = L::sub_i(s, L::splat_i(zero * sum32(&rows[r], b)));
-            let dy = *rows[r].d.add(b);
-            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum), acc[r]);
+            for r in 0..R {
+                let s = dot_groups::<L>(&w, &rows[r], 32 * b);
+                let isum = L::sub_i(s, L::splat_i(zero * sum32(&rows[r], b)));
+                let dy = *rows[r].d.add(b);
+                acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(isum), acc[r]);
+            }
         }
     }
     acc
 }
 
 #[inline(always)]
-unsafe fn q8_0<L: Lanes, const R: usize>(
-    tile: *const u8,
+unsafe fn q8_0<L: Lanes, const R: usize, const T: usize>(
+    tiles: [*const u8; T],
     blocks: usize,
     rows: &[ActRow; R],
-) -> [L::F; R] {
-    let mut acc = [L::zero_f(); R];
+) -> [[L::F; R]; T] {
+    let mut acc = [[L::zero_f(); R]; T];
     for b in 0..blocks {
-        let h = tile.add(b * 544);
-        ahead::<L>(h, 544);
-        let d = L::load_f16(h);
-        let w: [L::B; 8] = std::array::from_fn(|g| L::load_b(h.add(32 + 64 * g)));
-        for r in 0..R {
-            let mut s = L::zero_i();
-            for (g, wg) in w.iter().enumerate() {
-                s = L::dot4_signed(s, *wg, y4(&rows[r], 32 * b + 4 * g));
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            let h = tile.add(b * 544);
+            ahead::<L>(h, 544);
+            let d = L::load_f16(h);
+            let w: [L::B; 8] = std::array::from_fn(|g| L::load_b(h.add(32 + 64 * g)));
+            for r in 0..R {
+                let mut s = L::zero_i();
+                for (g, wg) in w.iter().enumerate() {
+                    s = L::dot4_signed(s, *wg, y4(&rows[r], 32 * b + 4 * g));
+                }
+                if L::SIGNED_OFFSET != 0 {
+                    s = L::sub_i(s, L::splat_i(L::SIGNED_OFFSET * sum32(&rows[r], b)));
+                }
+                let dy = *rows[r].d.add(b);
+                acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(s), acc[r]);
             }
-            if L::SIGNED_OFFSET != 0 {
-                s = L::sub_i(s, L::splat_i(L::SIGNED_OFFSET * sum32(&rows[r], b)));
-            }
-            let dy = *rows[r].d.add(b);
-            acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), L::cvt(s), acc[r]);
         }
     }
     acc
@@ -238,84 +246,109 @@ unsafe fn q8_0<L: Lanes, const R: usize>(
 
 /// Dense weights: one multiply-add per reduction index, in order.
 #[inline(always)]
-unsafe fn dense<L: Lanes, const R: usize>(
-    tile: *const u8,
+unsafe fn dense<L: Lanes, const R: usize, const T: usize>(
+    tiles: [*const u8; T],
     len: usize,
     rows: &[ActRow; R],
     format: WeightFormat,
-) -> [L::F; R] {
+) -> [[L::F; R]; T] {
     let width = format.block_bytes() * 16;
-    let load = |k: usize| match format {
+    let load = |tile: *const u8, k: usize| match format {
         WeightFormat::F32 => L::load_f32(tile.add(64 * k)),
         WeightFormat::F16 => L::load_f16(tile.add(32 * k)),
         _ => L::load_bf16(tile.add(32 * k)),
     };
-    let mut acc = [L::zero_f(); R];
+    let mut acc = [[L::zero_f(); R]; T];
     // Four reduction indices per step, so the lines ahead are asked for once each.
     let whole = len / 4 * 4;
     for k in (0..whole).step_by(4) {
-        ahead::<L>(tile.add(width * k), 4 * width);
-        let w = [load(k), load(k + 1), load(k + 2), load(k + 3)];
-        for r in 0..R {
-            let x = rows[r].x.add(k);
-            for (i, wi) in w.iter().enumerate() {
-                acc[r] = L::fma_f(*wi, L::splat_f(*x.add(i)), acc[r]);
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            ahead::<L>(tile.add(width * k), 4 * width);
+            let w = [
+                load(tile, k),
+                load(tile, k + 1),
+                load(tile, k + 2),
+                load(tile, k + 3),
+            ];
+            for r in 0..R {
+                let x = rows[r].x.add(k);
+                for (i, wi) in w.iter().enumerate() {
+                    acc[r] = L::fma_f(*wi, L::splat_f(*x.add(i)), acc[r]);
+                }
             }
         }
     }
     for k in whole..len {
-        let w = load(k);
-        for r in 0..R {
-            acc[r] = L::fma_f(w, L::splat_f(*rows[r].x.add(k)), acc[r]);
+        for (&tile, acc) in tiles.iter().zip(acc.iter_mut()) {
+            let w = load(tile, k);
+            for r in 0..R {
+                acc[r] = L::fma_f(w, L::splat_f(*rows[r].x.add(k)), acc[r]);
+            }
         }
     }
     acc
 }
 
 #[inline(always)]
-unsafe fn run<L: Lanes, const R: usize>(
+unsafe fn run<L: Lanes, const R: usize, const T: usize>(
     format: WeightFormat,
-    tile: *const u8,
+    tiles: [*const u8; T],
     blocks: usize,
     rows: &[ActRow; R],
-    out: &mut [[f32; 16]],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
 ) {
     let acc = match format {
-        WeightFormat::Q4K => q4k::<L, R>(tile, blocks, rows),
-        WeightFormat::Q6K => q6k::<L, R>(tile, blocks, rows),
-        WeightFormat::Q4_0 => q_0::<L, R, false>(tile, blocks, rows),
-        WeightFormat::Q5_0 => q_0::<L, R, true>(tile, blocks, rows),
-        WeightFormat::Q8_0 => q8_0::<L, R>(tile, blocks, rows),
-        dense_format => dense::<L, R>(tile, blocks, rows, dense_format),
+        WeightFormat::Q4K => q4k::<L, R, T>(tiles, blocks, rows),
+        WeightFormat::Q6K => q6k::<L, R, T>(tiles, blocks, rows),
+        WeightFormat::Q4_0 => q_0::<L, R, T, false>(tiles, blocks, rows),
+        WeightFormat::Q5_0 => q_0::<L, R, T, true>(tiles, blocks, rows),
+        WeightFormat::Q8_0 => q8_0::<L, R, T>(tiles, blocks, rows),
+        dense_format => dense::<L, R, T>(tiles, blocks, rows, dense_format),
     };
-    for r in 0..R {
-        L::store_f(out[r].as_mut_ptr(), acc[r]);
+    for (acc, out) in acc.iter().zip(out) {
+        for r in 0..R {
+            L::store_f(out[r].as_mut_ptr(), acc[r]);
+        }
     }
 }
 
-/// One pass over a tile for `rows.len()` (1..=8) rows, writing 16 outputs per row.
+/// One pass over one tile, or two tiles of the same format and length at once, for
+/// `rows.len()` (1..=8) rows, writing 16 outputs per row and tile into `out[tile][row]`.
+///
+/// Two tiles are read block by block in turn, so each worker keeps two streams of weight
+/// lines in flight: with one, a worker leaves 10-15% of the read bandwidth unused while
+/// its core computes.
 #[inline(always)]
 pub(crate) unsafe fn run_rows<L: Lanes>(
     format: WeightFormat,
-    tile: *const u8,
+    tiles: &[*const u8],
     blocks: usize,
     rows: &[ActRow],
-    out: &mut [[f32; 16]],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
 ) {
+    match *tiles {
+        [a, b] => by_rows::<L, 2>(format, [a, b], blocks, rows, out),
+        _ => by_rows::<L, 1>(format, [tiles[0]], blocks, rows, out),
+    }
+}
+
+#[inline(always)]
+unsafe fn by_rows<L: Lanes, const T: usize>(
+    format: WeightFormat,
+    tiles: [*const u8; T],
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
+) {
+    let row = |i: usize| rows[i];
     match rows.len() {
-        1 => run::<L, 1>(format, tile, blocks, &[rows[0]], out),
-        2 => run::<L, 2>(format, tile, blocks, &[rows[0], rows[1]], out),
-        3 => run::<L, 3>(format, tile, blocks, &[rows[0], rows[1], rows[2]], out),
-        4 => run::<L, 4>(
-            format,
-            tile,
-            blocks,
-            &[rows[0], rows[1], rows[2], rows[3]],
-            out,
-        ),
-        5 => run::<L, 5>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
-        6 => run::<L, 6>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
-        7 => run::<L, 7>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
-        _ => run::<L, 8>(format, tile, blocks, &std::array::from_fn(|i| rows[i]), out),
+        1 => run::<L, 1, T>(format, tiles, blocks, &[row(0)], out),
+        2 => run::<L, 2, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        3 => run::<L, 3, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        4 => run::<L, 4, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        5 => run::<L, 5, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        6 => run::<L, 6, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        7 => run::<L, 7, T>(format, tiles, blocks, &std::array::from_fn(row), out),
+        _ => run::<L, 8, T>(format, tiles, blocks, &std::array::from_fn(row), out),
     }
 }
