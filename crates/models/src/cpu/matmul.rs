@@ -385,6 +385,16 @@ fn run_tiles(part: &Part<'_>, tiles: &[usize], isa: Isa, mut argmax: Option<&mut
                     }
                 }
                 if let Some(best) = argmax.as_deref_mut() {
+                    // Most tiles hold nothing above the row's runner-up: one vector maximum
+                    // settles them (a tile whose best only equals it still goes through
+                    // `offer`, which breaks ties by index).
+                    let top = vals[..valid]
+                        .iter()
+                        .fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                    let runner_up = best[r][1].1;
+                    if top < runner_up {
+                        continue;
+                    }
                     for (c, v) in vals.iter().take(valid).enumerate() {
                         if !v.is_nan() {
                             offer(&mut best[r], ((first_col + c) as u32, *v));
