@@ -1,9 +1,11 @@
-//! The tile kernels: 16 output columns of one packed weight times up to [`MAX_ROWS`] input
-//! rows, written once over [`Lanes`] and instantiated per instruction set.
+//! The tile kernels: 16 output columns of one packed weight (or of two tiles read side by
+//! side) times up to [`MAX_ROWS`] input rows, written once over [`Lanes`] and instantiated
+//! per instruction set.
 //!
 //! Per output element the work is fixed: exact integer dot products per block, then per
 //! block one or two float multiply-adds into the accumulator, blocks in order. The number of
-//! rows in a pass only decides how often a weight chunk, once unpacked, is reused.
+//! rows in a pass only decides how often a weight chunk, once unpacked, is reused, and a
+//! second tile only interleaves its own, independent, accumulators.
 
 use super::activation::ActRow;
 use super::format::WeightFormat;
