@@ -11,8 +11,11 @@ pub type Metadata = HashMap<String, Value>;
 
 /// The key/value metadata of the GGUF file at `path`.
 pub fn read_metadata(path: &Path) -> Result<Metadata> {
-    let mut file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
-    let content = Content::read(&mut file).map_err(|e| TextError::Gguf {
+    let file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
+    // Buffered: the header holds hundreds of thousands of small strings (the vocabulary and
+    // merges), and read straight from the file each one costs system calls.
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let content = Content::read(&mut reader).map_err(|e| TextError::Gguf {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;

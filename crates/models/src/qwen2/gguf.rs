@@ -33,14 +33,18 @@ impl GgufFile {
             path: path.to_path_buf(),
             source,
         };
-        let mut reader = File::open(path).map_err(io_err)?;
-        let content = Content::read(&mut reader).map_err(|source| Qwen2Error::Gguf {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let reader = File::open(path).map_err(io_err)?;
         // SAFETY: the map is read-only; a GGUF file changing under a running process is
         // outside what any loader can defend against (llama.cpp maps it the same way).
         let map = unsafe { memmap2::Mmap::map(&reader) }.map_err(io_err)?;
+        // Parsed from the map: the header holds hundreds of thousands of small strings (the
+        // vocabulary and merges), and read from the file each one costs system calls.
+        let content = Content::read(&mut std::io::Cursor::new(&map[..])).map_err(|source| {
+            Qwen2Error::Gguf {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
         Ok(Self {
             path: path.to_path_buf(),
             content,
