@@ -11,15 +11,22 @@ use std::cell::RefCell;
 
 use super::isa::Isa;
 use super::kv::{KvBuffers, KEY_TILE};
+use super::lanes::portable::Portable;
+use super::lanes::Lanes;
 use super::pool::ThreadPool;
 
 /// Tokens of one sequence a unit serves.
 const QUERY_BLOCK: usize = 8;
 
-/// Query rows whose scores against one key tile are accumulated together.
-const QUERY_ROWS: usize = 4;
+/// Query rows whose scores against one key tile are accumulated together: each score is a
+/// chain of dependent multiply-adds, so a core needs about eight chains in flight to keep
+/// its multiply-add units busy (four leave half of them idle on a 4-cycle latency). AVX2
+/// has registers for four (two per row).
+const QUERY_ROWS: usize = 8;
+const QUERY_ROWS_AVX2: usize = 4;
 
 const LANES: usize = 16;
+const _: () = assert!(LANES == KEY_TILE, "one vector of scores per key tile");
 
 /// Where one sequence's tokens sit in the packed batch and in its cache.
 #[derive(Debug, Clone, Copy)]
@@ -150,24 +157,27 @@ fn run_unit(unit: &Unit<'_>, scores: &mut Vec<f32>, isa: Isa) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         Isa::Avx2 if isa.supported() => unsafe { unit_avx2(unit, scores) },
-        _ => unit_body(unit, scores),
+        // SAFETY: the portable lanes need no CPU feature.
+        _ => unsafe { unit_body::<Portable, QUERY_ROWS>(unit, scores) },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn unit_avx512(unit: &Unit<'_>, scores: &mut Vec<f32>) {
-    unit_body(unit, scores)
+    unit_body::<super::lanes::avx512::Avx512, QUERY_ROWS>(unit, scores)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unit_avx2(unit: &Unit<'_>, scores: &mut Vec<f32>) {
-    unit_body(unit, scores)
+    unit_body::<super::lanes::avx2::Avx2, QUERY_ROWS_AVX2>(unit, scores)
 }
 
+/// # Safety
+/// `L`'s CPU features must be present.
 #[inline(always)]
-fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
+unsafe fn unit_body<L: Lanes, const R: usize>(u: &Unit<'_>, scores: &mut Vec<f32>) {
     let h = u.h;
     let (d, group) = (h.head_dim, h.heads / h.kv_heads);
     let width = h.heads * d;
@@ -187,22 +197,12 @@ fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
         let mut r = first_key.saturating_sub(u.first_pos) * group;
         let rows = u.tokens * group;
         while r < rows {
-            let n = QUERY_ROWS.min(rows - r);
-            let mut acc = [[0f32; KEY_TILE]; QUERY_ROWS];
-            let qs: [&[f32]; QUERY_ROWS] = std::array::from_fn(|j| query(r + j.min(n - 1)));
-            for (dim, k) in keys_tile.chunks_exact(KEY_TILE).enumerate() {
-                for (a, q) in acc.iter_mut().zip(&qs) {
-                    let qd = q[dim];
-                    for (al, kl) in a.iter_mut().zip(k) {
-                        *al = qd.mul_add(*kl, *al);
-                    }
-                }
-            }
+            let n = R.min(rows - r);
+            let qs: [&[f32]; R] = std::array::from_fn(|j| query(r + j.min(n - 1)));
+            let acc = tile_scores::<L, R>(keys_tile, &qs, d);
             for (j, a) in acc.iter().take(n).enumerate() {
                 let row = &mut scores[(r + j) * stride + first_key..][..KEY_TILE];
-                for (s, v) in row.iter_mut().zip(a) {
-                    *s = v * h.scale;
-                }
+                L::store_f(row.as_mut_ptr(), L::mul_f(*a, L::splat_f(h.scale)));
             }
             r += n;
         }
@@ -219,8 +219,16 @@ fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
         unsafe { u.out.add(i * width + (u.kv_head * group + g) * d) }
     };
     match d {
-        64 => weighted_sums::<64, 4>(scores, stride, rows, &limit, u.v, &out_row),
-        128 => weighted_sums::<128, 2>(scores, stride, rows, &limit, u.v, &out_row),
+        // Four rows of 64 or two of 128 dimensions: 16 vector sums, within AVX-512's
+        // registers; AVX2's hold half as many.
+        64 if R >= QUERY_ROWS => {
+            weighted_sums::<L, 4, 4>(scores, stride, rows, &limit, u.v, &out_row)
+        }
+        64 => weighted_sums::<L, 4, 2>(scores, stride, rows, &limit, u.v, &out_row),
+        128 if R >= QUERY_ROWS => {
+            weighted_sums::<L, 8, 2>(scores, stride, rows, &limit, u.v, &out_row)
+        }
+        128 => weighted_sums::<L, 8, 1>(scores, stride, rows, &limit, u.v, &out_row),
         _ => {
             for r in 0..rows {
                 // SAFETY: as above.
@@ -234,10 +242,39 @@ fn unit_body(u: &Unit<'_>, scores: &mut Vec<f32>) {
     }
 }
 
-/// `out_r = sum_t p[r][t] * v[t]` over each row's keys `0..limit(r)`, in key order, for `N`
-/// rows at a time whose sums stay in registers while every V row is read once for them.
+/// The scores of `R` query rows against one key tile (`[d, KEY_TILE]`): for each row and
+/// key, one multiply-add chain over the dimensions in order, the rows' chains interleaved.
+///
+/// # Safety
+/// `L`'s CPU features must be present.
 #[inline(always)]
-fn weighted_sums<const D: usize, const N: usize>(
+unsafe fn tile_scores<L: Lanes, const R: usize>(
+    keys: &[f32],
+    qs: &[&[f32]; R],
+    d: usize,
+) -> [L::F; R] {
+    assert!(keys.len() >= d * KEY_TILE && qs.iter().all(|q| q.len() >= d));
+    let (k, q) = (keys.as_ptr(), qs.map(|q| q.as_ptr()));
+    let mut acc = [L::zero_f(); R];
+    for dim in 0..d {
+        // SAFETY: `dim < d`, and both inputs hold `d` dimensions (checked above).
+        let kd = L::load_f32(k.add(dim * KEY_TILE) as *const u8);
+        for j in 0..R {
+            acc[j] = L::fma_f(L::splat_f(*q[j].add(dim)), kd, acc[j]);
+        }
+    }
+    acc
+}
+
+/// `out_r = sum_t p[r][t] * v[t]` over each row's keys `0..limit(r)`, in key order, for `N`
+/// rows at a time whose sums (`V` vectors each, `16 * V` dimensions) stay in registers while
+/// every V row is read once for them. The keys every row of a group sees run without a
+/// per-row test.
+///
+/// # Safety
+/// `L`'s CPU features must be present.
+#[inline(always)]
+unsafe fn weighted_sums<L: Lanes, const V: usize, const N: usize>(
     scores: &[f32],
     stride: usize,
     rows: usize,
@@ -245,26 +282,50 @@ fn weighted_sums<const D: usize, const N: usize>(
     v: &[f32],
     out_row: &impl Fn(usize) -> *mut f32,
 ) {
+    let d = 16 * V;
     let mut r = 0;
     while r < rows {
         let n = N.min(rows - r);
-        let limits: [usize; N] = std::array::from_fn(|j| if j < n { limit(r + j) } else { 0 });
+        // Rows past `n` repeat the last one; their sums are dropped.
+        let row = |j: usize| r + j.min(n - 1);
+        let limits: [usize; N] = std::array::from_fn(|j| limit(row(j)));
+        let shared = limits.iter().copied().min().unwrap_or(0);
         let keys = limits.iter().copied().max().unwrap_or(0);
-        let mut acc = [[0f32; D]; N];
-        for (t, value) in v.chunks_exact(D).take(keys).enumerate() {
-            for (j, a) in acc.iter_mut().enumerate() {
-                if t < limits[j] {
-                    let p = scores[(r + j) * stride + t];
-                    for (x, vx) in a.iter_mut().zip(value) {
-                        *x = p.mul_add(*vx, *x);
+        assert!(keys <= stride && v.len() >= keys * d && scores.len() >= (row(N - 1) + 1) * stride);
+        let p: [*const f32; N] = std::array::from_fn(|j| scores.as_ptr().add(row(j) * stride));
+        let mut acc = [[L::zero_f(); V]; N];
+        // SAFETY (both loops): `t < keys`, within every row's scores and within `v`
+        // (checked above).
+        for t in 0..shared {
+            let at = v.as_ptr().add(t * d);
+            let value: [L::F; V] =
+                std::array::from_fn(|c| L::load_f32(at.add(16 * c) as *const u8));
+            for (a, pj) in acc.iter_mut().zip(&p) {
+                let weight = L::splat_f(*pj.add(t));
+                for (x, vx) in a.iter_mut().zip(&value) {
+                    *x = L::fma_f(weight, *vx, *x);
+                }
+            }
+        }
+        for t in shared..keys {
+            let at = v.as_ptr().add(t * d);
+            let value: [L::F; V] =
+                std::array::from_fn(|c| L::load_f32(at.add(16 * c) as *const u8));
+            for ((a, pj), &lim) in acc.iter_mut().zip(&p).zip(&limits) {
+                if t < lim {
+                    let weight = L::splat_f(*pj.add(t));
+                    for (x, vx) in a.iter_mut().zip(&value) {
+                        *x = L::fma_f(weight, *vx, *x);
                     }
                 }
             }
         }
         for (j, a) in acc.iter().take(n).enumerate() {
-            // SAFETY: row `r + j`'s output belongs to this unit alone.
-            let o = unsafe { std::slice::from_raw_parts_mut(out_row(r + j), D) };
-            o.copy_from_slice(a);
+            // SAFETY: row `r + j`'s output (`d` values) belongs to this unit alone.
+            let o = out_row(r + j);
+            for (c, x) in a.iter().enumerate() {
+                L::store_f(o.add(16 * c), *x);
+            }
         }
         r += n;
     }
@@ -284,17 +345,18 @@ fn softmax(w: &mut [f32]) {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     for chunk in w.chunks(LANES) {
         for (m, v) in lanes.iter_mut().zip(chunk) {
-            *m = m.max(*v);
+            // A plain comparison (a lane never holds NaN), which vectorizes to a maximum.
+            if *v > *m {
+                *m = *v;
+            }
         }
     }
     let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for v in w.iter_mut() {
-        *v = super::ops::exp(*v - max);
-    }
     let mut sums = [0f32; LANES];
-    for chunk in w.chunks(LANES) {
+    for chunk in w.chunks_mut(LANES) {
         for (s, v) in sums.iter_mut().zip(chunk) {
-            *s += v;
+            *v = super::ops::exp(*v - max);
+            *s += *v;
         }
     }
     let inv = 1.0 / super::ops::reduce(sums);

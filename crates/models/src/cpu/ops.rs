@@ -40,9 +40,12 @@ pub(crate) fn reduce(mut acc: [f32; LANES]) -> f32 {
 /// subtracting 1.5 * 2^23 leaves no fraction bits (no rounding instruction needed).
 #[inline(always)]
 pub fn round_even(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    (v + MAGIC) - MAGIC
+    (v + ROUND_MAGIC) - ROUND_MAGIC
 }
+
+/// 1.5 * 2^23: below `|v| < 2^22`, `v + ROUND_MAGIC` holds `round(v)` in its low mantissa
+/// bits, its bits those of `ROUND_MAGIC` plus `round(v)`.
+const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// `out = x / sqrt(mean(x^2) + eps) * weight`.
 #[inline(always)]
@@ -69,7 +72,12 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n built from `n`'s bits (exact for the integers the clamp allows): a float-to-int
+    // cast would saturate, which keeps loops of this from vectorizing.
+    let biased = (n + ROUND_MAGIC)
+        .to_bits()
+        .wrapping_sub(ROUND_MAGIC.to_bits() - 127);
+    let scale = f32::from_bits(biased << 23);
     p * scale
 }
 
