@@ -5,6 +5,7 @@
 //! Each row is quantized on its own, by the same operations whatever rows come with it.
 
 use super::format::ActivationKind;
+use super::isa::Isa;
 
 /// Quantized rows `[rows, cols]`; the buffers are kept and reused across calls.
 #[derive(Default)]
@@ -135,7 +136,7 @@ impl RowWriter {
         let q = std::slice::from_raw_parts_mut(self.q.add(r * cols), cols);
         let d = std::slice::from_raw_parts_mut(self.d.add(r * cols / block), cols / block);
         let sums = std::slice::from_raw_parts_mut(self.sums16.add(r * cols / 16), cols / 16);
-        quantize_into(&x[..cols], block, q, d, sums);
+        quantize_for_isa(&x[..cols], block, q, d, sums);
         if block == 256 {
             let pair = |a: i32, b: i32| (a as u16 as u32 | ((b as u16 as u32) << 16)) as i32;
             let p16 = std::slice::from_raw_parts_mut(self.pairs16.add(r * cols / 32), cols / 32);
@@ -151,10 +152,45 @@ impl RowWriter {
     }
 }
 
+/// [`quantize_into`] compiled for the machine's vector width; the bits do not depend on it
+/// (no fused operations).
+fn quantize_for_isa(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
+    match Isa::active() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `active` is a supported kernel set.
+        Isa::Avx512Vnni => unsafe { quantize_avx512(x, block, q, d, sums) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { quantize_avx2(x, block, q, d, sums) },
+        _ => quantize_into(x, block, q, d, sums),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn quantize_avx512(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
+    quantize_into(x, block, q, d, sums)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_avx2(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
+    quantize_into(x, block, q, d, sums)
+}
+
 /// `d = max|x| / 127`, `q = round(x / d)`, per block; sums of each 16 codes.
+#[inline(always)]
 fn quantize_into(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
     for (b, xs) in x.chunks_exact(block).enumerate() {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // Plain comparisons and integer rounding below: `f32::max`'s NaN rule and a saturating
+        // float-to-int cast each keep these loops from vectorizing.
+        let mut lanes = [0f32; 16];
+        for chunk in xs.chunks_exact(16) {
+            for (m, v) in lanes.iter_mut().zip(chunk) {
+                *m = if v.abs() > *m { v.abs() } else { *m };
+            }
+        }
+        let amax = lanes.iter().fold(0f32, |m, &v| if v > m { v } else { m });
         let qs = &mut q[b * block..(b + 1) * block];
         if amax == 0.0 || !amax.is_finite() {
             d[b] = if amax.is_finite() { 0.0 } else { amax };
@@ -163,7 +199,10 @@ fn quantize_into(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mu
             d[b] = amax / 127.0;
             let inv = 127.0 / amax;
             for (o, v) in qs.iter_mut().zip(xs) {
-                *o = super::ops::round_even(v * inv).clamp(-127.0, 127.0) as i8;
+                let scaled = v * inv;
+                // NaN quantizes to 0, as a cast would take it.
+                let scaled = if scaled.is_nan() { 0.0 } else { scaled };
+                *o = super::ops::round_to_int(scaled).clamp(-127, 127) as i8;
             }
         }
         for (s, group) in sums[b * block / 16..(b + 1) * block / 16]

@@ -43,6 +43,13 @@ pub fn round_even(v: f32) -> f32 {
     (v + ROUND_MAGIC) - ROUND_MAGIC
 }
 
+/// `round_even(v)` as an integer, for `|v| < 2^22`, read from the bits of `v + ROUND_MAGIC`
+/// (no saturating cast, so loops of it vectorize).
+#[inline(always)]
+pub fn round_to_int(v: f32) -> i32 {
+    (v + ROUND_MAGIC).to_bits() as i32 - ROUND_MAGIC.to_bits() as i32
+}
+
 /// 1.5 * 2^23: below `|v| < 2^22`, `v + ROUND_MAGIC` holds `round(v)` in its low mantissa
 /// bits, its bits those of `ROUND_MAGIC` plus `round(v)`.
 const ROUND_MAGIC: f32 = 12_582_912.0;
@@ -121,6 +128,17 @@ mod tests {
         assert!(worst < 5e-7, "relative error {worst}");
         assert_eq!(exp(0.0), 1.0);
         assert!(exp(-200.0) < 1e-37);
+    }
+
+    #[test]
+    fn round_to_int_is_round_even() {
+        for i in -40_000..40_000 {
+            let v = i as f32 * 0.003_17;
+            assert_eq!(round_to_int(v) as f32, round_even(v), "{v}");
+        }
+        for v in [0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -127.49, 127.0] {
+            assert_eq!(round_to_int(v) as f32, round_even(v), "{v}");
+        }
     }
 
     #[test]
