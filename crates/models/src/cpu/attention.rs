@@ -297,28 +297,10 @@ unsafe fn weighted_sums<L: Lanes, const V: usize, const N: usize>(
         // SAFETY (both loops): `t < keys`, within every row's scores and within `v`
         // (checked above).
         for t in 0..shared {
-            let at = v.as_ptr().add(t * d);
-            let value: [L::F; V] =
-                std::array::from_fn(|c| L::load_f32(at.add(16 * c) as *const u8));
-            for (a, pj) in acc.iter_mut().zip(&p) {
-                let weight = L::splat_f(*pj.add(t));
-                for (x, vx) in a.iter_mut().zip(&value) {
-                    *x = L::fma_f(weight, *vx, *x);
-                }
-            }
+            add_key::<L, V, N>(&mut acc, &p, v.as_ptr().add(t * d), t, |_| true);
         }
         for t in shared..keys {
-            let at = v.as_ptr().add(t * d);
-            let value: [L::F; V] =
-                std::array::from_fn(|c| L::load_f32(at.add(16 * c) as *const u8));
-            for ((a, pj), &lim) in acc.iter_mut().zip(&p).zip(&limits) {
-                if t < lim {
-                    let weight = L::splat_f(*pj.add(t));
-                    for (x, vx) in a.iter_mut().zip(&value) {
-                        *x = L::fma_f(weight, *vx, *x);
-                    }
-                }
-            }
+            add_key::<L, V, N>(&mut acc, &p, v.as_ptr().add(t * d), t, |j| t < limits[j]);
         }
         for (j, a) in acc.iter().take(n).enumerate() {
             // SAFETY: row `r + j`'s output (`d` values) belongs to this unit alone.
@@ -328,6 +310,30 @@ unsafe fn weighted_sums<L: Lanes, const V: usize, const N: usize>(
             }
         }
         r += n;
+    }
+}
+
+/// Adds key `t`'s V row (`16 * V` values at `value`), weighted by each row's score at `p[j]
+/// + t`, to the sums of the rows `j` that see it.
+///
+/// # Safety
+/// `L`'s CPU features must be present; `value` and every seeing row's score must be readable.
+#[inline(always)]
+unsafe fn add_key<L: Lanes, const V: usize, const N: usize>(
+    acc: &mut [[L::F; V]; N],
+    p: &[*const f32; N],
+    value: *const f32,
+    t: usize,
+    sees: impl Fn(usize) -> bool,
+) {
+    let value: [L::F; V] = std::array::from_fn(|c| L::load_f32(value.add(16 * c) as *const u8));
+    for (j, (a, pj)) in acc.iter_mut().zip(p).enumerate() {
+        if sees(j) {
+            let weight = L::splat_f(*pj.add(t));
+            for (x, vx) in a.iter_mut().zip(&value) {
+                *x = L::fma_f(weight, *vx, *x);
+            }
+        }
     }
 }
 
@@ -346,9 +352,7 @@ fn softmax(w: &mut [f32]) {
     for chunk in w.chunks(LANES) {
         for (m, v) in lanes.iter_mut().zip(chunk) {
             // A plain comparison (a lane never holds NaN), which vectorizes to a maximum.
-            if *v > *m {
-                *m = *v;
-            }
+            *m = if *v > *m { *v } else { *m };
         }
     }
     let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);

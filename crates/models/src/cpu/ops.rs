@@ -79,12 +79,9 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    // 2^n built from `n`'s bits (exact for the integers the clamp allows): a float-to-int
-    // cast would saturate, which keeps loops of this from vectorizing.
-    let biased = (n + ROUND_MAGIC)
-        .to_bits()
-        .wrapping_sub(ROUND_MAGIC.to_bits() - 127);
-    let scale = f32::from_bits(biased << 23);
+    // 2^n from `n` as an integer (-126..=127 under the clamp) read from its bits: a
+    // float-to-int cast would saturate, which keeps loops of this from vectorizing.
+    let scale = f32::from_bits(((round_to_int(n) + 127) as u32) << 23);
     p * scale
 }
 
