@@ -3,7 +3,7 @@
 use super::activation::ActRow;
 use super::format::WeightFormat;
 use super::lanes::portable::Portable;
-use super::tile::{run_rows, MAX_ROWS};
+use super::tile::{run_rows, Prefetch, MAX_ROWS};
 
 /// The environment variable that forces a kernel set (`avx512`, `avx2` or `portable`); a
 /// set the CPU lacks falls back to the best one it has.
@@ -85,7 +85,8 @@ impl Isa {
     }
 
     /// One pass over a gate tile and the matching up tile for 1..=8 rows, writing
-    /// `silu(gate) * up` (the SwiGLU of an MLP) into `out`.
+    /// `silu(gate) * up` (the SwiGLU of an MLP) into `out`; `together` reads both tiles
+    /// side by side (two streams) where their formats match, else one after the other.
     ///
     /// # Safety
     /// As [`Isa::run_tiles`], for each tile with its own format and block count (both
@@ -95,13 +96,15 @@ impl Isa {
         tiles: [(WeightFormat, *const u8, usize); 2],
         rows: &[ActRow],
         out: &mut [[f32; 16]; MAX_ROWS],
+        prefetch: Prefetch,
+        together: bool,
     ) {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Self::Avx512Vnni => swiglu_avx512(tiles, rows, out),
+            Self::Avx512Vnni => swiglu_avx512(tiles, rows, out, prefetch, together),
             #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => swiglu_avx2(tiles, rows, out),
-            _ => swiglu::<Portable>(tiles, rows, out),
+            Self::Avx2 => swiglu_avx2(tiles, rows, out, prefetch, together),
+            _ => swiglu::<Portable>(tiles, rows, out, prefetch, together),
         }
     }
 
@@ -118,14 +121,15 @@ impl Isa {
         blocks: usize,
         rows: &[ActRow],
         out: &mut [[[f32; 16]; MAX_ROWS]],
+        prefetch: Prefetch,
     ) {
         debug_assert!(matches!(tiles.len(), 1 | 2) && out.len() >= tiles.len());
         match self {
             #[cfg(target_arch = "x86_64")]
-            Self::Avx512Vnni => tile_avx512(format, tiles, blocks, rows, out),
+            Self::Avx512Vnni => tile_avx512(format, tiles, blocks, rows, out, prefetch),
             #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => tile_avx2(format, tiles, blocks, rows, out),
-            _ => run_rows::<Portable>(format, tiles, blocks, rows, out),
+            Self::Avx2 => tile_avx2(format, tiles, blocks, rows, out, prefetch),
+            _ => run_rows::<Portable>(format, tiles, blocks, rows, out, prefetch),
         }
     }
 }
@@ -138,8 +142,9 @@ unsafe fn tile_avx512(
     blocks: usize,
     rows: &[ActRow],
     out: &mut [[[f32; 16]; MAX_ROWS]],
+    prefetch: Prefetch,
 ) {
-    run_rows::<super::lanes::avx512::Avx512>(format, tiles, blocks, rows, out)
+    run_rows::<super::lanes::avx512::Avx512>(format, tiles, blocks, rows, out, prefetch)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -150,24 +155,41 @@ unsafe fn tile_avx2(
     blocks: usize,
     rows: &[ActRow],
     out: &mut [[[f32; 16]; MAX_ROWS]],
+    prefetch: Prefetch,
 ) {
-    run_rows::<super::lanes::avx2::Avx2>(format, tiles, blocks, rows, out)
+    run_rows::<super::lanes::avx2::Avx2>(format, tiles, blocks, rows, out, prefetch)
 }
 
-/// Gate and up tiles (read together where they match), then `silu(gate) * up`.
+/// Gate and up tiles (side by side if `together` and they match), then `silu(gate) * up`.
 #[inline(always)]
 unsafe fn swiglu<L: super::lanes::Lanes>(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
     out: &mut [[f32; 16]; MAX_ROWS],
+    prefetch: Prefetch,
+    together: bool,
 ) {
     let mut both = [[[0f32; 16]; MAX_ROWS]; 2];
     let [(gate_format, gate, gate_blocks), (up_format, up, up_blocks)] = tiles;
-    if (gate_format, gate_blocks) == (up_format, up_blocks) {
-        run_rows::<L>(gate_format, &[gate, up], gate_blocks, rows, &mut both);
+    if together && (gate_format, gate_blocks) == (up_format, up_blocks) {
+        run_rows::<L>(
+            gate_format,
+            &[gate, up],
+            gate_blocks,
+            rows,
+            &mut both,
+            prefetch,
+        );
     } else {
-        run_rows::<L>(gate_format, &[gate], gate_blocks, rows, &mut both[..1]);
-        run_rows::<L>(up_format, &[up], up_blocks, rows, &mut both[1..]);
+        run_rows::<L>(
+            gate_format,
+            &[gate],
+            gate_blocks,
+            rows,
+            &mut both[..1],
+            prefetch,
+        );
+        run_rows::<L>(up_format, &[up], up_blocks, rows, &mut both[1..], prefetch);
     }
     let [gates, ups] = &both;
     for ((out, gate), up) in out.iter_mut().zip(gates).zip(ups).take(rows.len()) {
@@ -183,8 +205,10 @@ unsafe fn swiglu_avx512(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
     out: &mut [[f32; 16]; MAX_ROWS],
+    prefetch: Prefetch,
+    together: bool,
 ) {
-    swiglu::<super::lanes::avx512::Avx512>(tiles, rows, out)
+    swiglu::<super::lanes::avx512::Avx512>(tiles, rows, out, prefetch, together)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -193,6 +217,8 @@ unsafe fn swiglu_avx2(
     tiles: [(WeightFormat, *const u8, usize); 2],
     rows: &[ActRow],
     out: &mut [[f32; 16]; MAX_ROWS],
+    prefetch: Prefetch,
+    together: bool,
 ) {
-    swiglu::<super::lanes::avx2::Avx2>(tiles, rows, out)
+    swiglu::<super::lanes::avx2::Avx2>(tiles, rows, out, prefetch, together)
 }

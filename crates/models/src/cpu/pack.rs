@@ -20,6 +20,12 @@
 //! - F32 / F16 / BF16: per reduction index, the 16 columns' values.
 //!
 //! Every layout but Q4_K's is exactly as large as the GGUF rows it came from.
+//!
+//! Weights always read together (a SwiGLU's gate and up) can share one allocation with
+//! their tiles interleaved, so that the worker computing tile `t` of both reads one
+//! contiguous run of memory.
+
+use std::sync::Arc;
 
 use super::buffer::AlignedBytes;
 use super::format::{DecodedBlock, WeightFormat};
@@ -33,7 +39,11 @@ pub struct PackedMatrix {
     format: WeightFormat,
     out: usize,
     inp: usize,
-    data: AlignedBytes,
+    data: Arc<AlignedBytes>,
+    /// Where tile 0 starts in `data`.
+    first: usize,
+    /// Bytes from one of this matrix's tiles to the next (a tile's size unless interleaved).
+    stride: usize,
 }
 
 /// Why a weight cannot be packed.
@@ -64,12 +74,25 @@ impl PackedMatrix {
         raw: &[u8],
         pool: &ThreadPool,
     ) -> Result<Self, PackError> {
+        let [matrix] = Self::interleaved_from_gguf(format, out, inp, [raw], pool)?;
+        Ok(matrix)
+    }
+
+    /// Packs `N` GGUF weights of one format and shape into one allocation, tile `t` of
+    /// each weight after tile `t` of the one before.
+    pub fn interleaved_from_gguf<const N: usize>(
+        format: WeightFormat,
+        out: usize,
+        inp: usize,
+        raws: [&[u8]; N],
+        pool: &ThreadPool,
+    ) -> Result<[Self; N], PackError> {
         let row_bytes = format.row_bytes(inp).ok_or(PackError::PartialBlock {
             format,
             inp,
             block: format.block_len(),
         })?;
-        if raw.len() != out * row_bytes {
+        if let Some(raw) = raws.iter().find(|raw| raw.len() != out * row_bytes) {
             return Err(PackError::Size {
                 format,
                 out,
@@ -81,19 +104,23 @@ impl PackedMatrix {
         let blocks = inp / format.block_len();
         let tile_bytes = blocks * format.tile_block_bytes();
         let tiles = out.div_ceil(TILE);
-        let mut data = AlignedBytes::zeroed(tiles * tile_bytes);
-        pool.for_each_chunk_mut(data.as_mut_slice(), tile_bytes, false, |t, tile| {
+        let mut data = AlignedBytes::zeroed(N * tiles * tile_bytes);
+        pool.for_each_chunk_mut(data.as_mut_slice(), tile_bytes, false, |chunk, tile| {
+            let (t, raw) = (chunk / N, raws[chunk % N]);
             let cols: Vec<&[u8]> = (t * TILE..((t + 1) * TILE).min(out))
                 .map(|c| &raw[c * row_bytes..(c + 1) * row_bytes])
                 .collect();
             pack_tile(format, &cols, blocks, tile);
         });
-        Ok(Self {
+        let data = Arc::new(data);
+        Ok(std::array::from_fn(|m| Self {
             format,
             out,
             inp,
-            data,
-        })
+            data: Arc::clone(&data),
+            first: m * tile_bytes,
+            stride: N * tile_bytes,
+        }))
     }
 
     pub fn format(&self) -> WeightFormat {
@@ -123,12 +150,19 @@ impl PackedMatrix {
     }
 
     pub(crate) fn tile_ptr(&self, tile: usize) -> *const u8 {
-        self.data.as_slice()[tile * self.tile_bytes()..].as_ptr()
+        self.data.as_slice()[self.first + tile * self.stride..].as_ptr()
     }
 
-    /// Bytes held, which are also the bytes one pass over the matrix streams.
+    /// Whether `next`'s tile `t` directly follows this matrix's tile `t` in memory.
+    pub(crate) fn tiles_precede(&self, next: &PackedMatrix) -> bool {
+        Arc::ptr_eq(&self.data, &next.data)
+            && self.stride == next.stride
+            && next.first == self.first + self.tile_bytes()
+    }
+
+    /// Bytes of this matrix's tiles, which are also the bytes one pass over it streams.
     pub fn bytes(&self) -> usize {
-        self.data.as_slice().len()
+        self.tiles() * self.tile_bytes()
     }
 }
 

@@ -286,35 +286,108 @@ fn packing_keeps_the_gguf_size_but_for_q4k_scales() {
 }
 
 #[test]
-fn swiglu_output_equals_silu_of_gate_times_up() {
+fn interleaved_matrices_equal_separately_packed_ones() {
     let pool = ThreadPool::new(2);
-    let (format, out, inp) = (WeightFormat::Q4K, 40, 256);
-    let (gate_raw, _) = weight(format, out, inp, 21);
-    let (up_raw, _) = weight(format, out, inp, 22);
-    let gate = PackedMatrix::from_gguf(format, out, inp, &gate_raw, &pool).unwrap();
-    let up = PackedMatrix::from_gguf(format, out, inp, &up_raw, &pool).unwrap();
-    let rows = 11;
-    let x = inputs(rows, inp, 23);
-    let g = multiply(&gate, &x, rows, &pool, Isa::active());
-    let u = multiply(&up, &x, rows, &pool, Isa::active());
+    for (format, out, inp) in SHAPES.into_iter().chain(WIDE_SHAPES) {
+        let raws: Vec<Vec<u8>> = (0..3).map(|s| weight(format, out, inp, 31 + s).0).collect();
+        let together = PackedMatrix::interleaved_from_gguf(
+            format,
+            out,
+            inp,
+            [&raws[0][..], &raws[1][..], &raws[2][..]],
+            &pool,
+        )
+        .unwrap();
+        assert!(together[0].tiles_precede(&together[1]) && together[1].tiles_precede(&together[2]));
+        assert!(!together[1].tiles_precede(&together[0]));
+        let x = inputs(9, inp, 37);
+        for (m, raw) in together.iter().zip(&raws) {
+            let alone = PackedMatrix::from_gguf(format, out, inp, raw, &pool).unwrap();
+            assert!(!alone.tiles_precede(m) && !m.tiles_precede(&alone));
+            assert_eq!(m.bytes(), alone.bytes(), "{format:?}");
+            for rows in [1, 9] {
+                let (a, b) = (
+                    multiply(m, &x, rows, &pool, Isa::active()),
+                    multiply(&alone, &x, rows, &pool, Isa::active()),
+                );
+                assert!(
+                    a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{format:?} {rows} rows"
+                );
+            }
+        }
+    }
+}
+
+/// `silu(gate) * up` computed through [`Output::SwiGlu`].
+fn swiglu(
+    gate: &PackedMatrix,
+    up: &PackedMatrix,
+    x: &[f32],
+    rows: usize,
+    pool: &ThreadPool,
+    isa: Isa,
+) -> Vec<f32> {
     let mut input = LayerInput::default();
-    input.reset(rows, inp).copy_from_slice(&x);
-    input.prepare_for(&[&gate, &up], &pool);
-    let mut fused = vec![0f32; rows * out];
+    input
+        .reset(rows, gate.in_features())
+        .copy_from_slice(&x[..rows * gate.in_features()]);
+    input.prepare_for(&[gate, up], pool);
+    let mut fused = vec![0f32; rows * gate.out_features()];
     matmul(
         &mut [Task {
-            matrix: &gate,
+            matrix: gate,
             input: &input,
             output: Output::SwiGlu {
-                up: &up,
+                up,
                 out: &mut fused,
             },
         }],
-        &pool,
-        Isa::active(),
+        pool,
+        isa,
     );
-    for (i, f) in fused.iter().enumerate() {
-        let want = g[i] / (1.0 + ops::exp(-g[i])) * u[i];
-        assert_eq!(f.to_bits(), want.to_bits(), "element {i}");
+    fused
+}
+
+#[test]
+fn swiglu_output_equals_silu_of_gate_times_up() {
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    // Separately packed gate and up are read side by side; interleaved ones one after the
+    // other where workers read one stream each.
+    for (format, out, inp) in [(WeightFormat::Q4K, 40, 256), (WeightFormat::Q6K, 1000, 256)] {
+        let (gate_raw, _) = weight(format, out, inp, 21);
+        let (up_raw, _) = weight(format, out, inp, 22);
+        let gate = PackedMatrix::from_gguf(format, out, inp, &gate_raw, &pools[1]).unwrap();
+        let up = PackedMatrix::from_gguf(format, out, inp, &up_raw, &pools[1]).unwrap();
+        let [gate_i, up_i] = PackedMatrix::interleaved_from_gguf(
+            format,
+            out,
+            inp,
+            [&gate_raw[..], &up_raw[..]],
+            &pools[1],
+        )
+        .unwrap();
+        let x = inputs(11, inp, 23);
+        let g = multiply(&gate, &x, 11, &pools[0], Isa::Portable);
+        let u = multiply(&up, &x, 11, &pools[0], Isa::Portable);
+        for isa in Isa::available() {
+            for pool in &pools {
+                for rows in [1, 4, 11] {
+                    for (gm, um) in [(&gate, &up), (&gate_i, &up_i)] {
+                        let fused = swiglu(gm, um, &x, rows, pool, isa);
+                        for (i, f) in fused.iter().enumerate() {
+                            let want = g[i] / (1.0 + ops::exp(-g[i])) * u[i];
+                            assert_eq!(
+                                f.to_bits(),
+                                want.to_bits(),
+                                "{format:?} {} {} threads {rows} rows, element {i}",
+                                isa.name(),
+                                pool.threads()
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -53,6 +53,10 @@ unsafe impl Lanes for Avx2 {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
     }
     #[inline(always)]
+    unsafe fn prefetch_once(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_NTA>(p as *const i8)
+    }
+    #[inline(always)]
     unsafe fn nib_lo(b: Self::B) -> Self::B {
         each(b, |x| _mm256_and_si256(x, _mm256_set1_epi8(0x0f)))
     }

@@ -36,6 +36,10 @@ pub(crate) unsafe trait Lanes {
     /// A hint to bring the 64-byte line at `p` into the cache (may do nothing).
     #[inline(always)]
     unsafe fn prefetch(_p: *const u8) {}
+    /// A hint to bring the 64-byte line at `p` close for a single use, without displacing
+    /// cached data (may do nothing).
+    #[inline(always)]
+    unsafe fn prefetch_once(_p: *const u8) {}
     /// `b & 0x0f` per byte.
     unsafe fn nib_lo(b: Self::B) -> Self::B;
     /// `b >> 4` per byte.

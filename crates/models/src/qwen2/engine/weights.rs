@@ -98,6 +98,35 @@ impl<'a> Loader<'a> {
         packed.map_err(|e| load_error(name, e))
     }
 
+    /// A SwiGLU's gate and up projections, with their tiles interleaved in one allocation
+    /// where they share a format (each worker then reads one stream of memory).
+    fn gate_up(&mut self, layer: usize, out: usize, inp: usize) -> Result<[PackedMatrix; 2]> {
+        let names = [
+            format!("blk.{layer}.ffn_gate.weight"),
+            format!("blk.{layer}.ffn_up.weight"),
+        ];
+        let (gate_format, gate) = self.native(&names[0], &[out, inp])?;
+        let (up_format, up) = self.native(&names[1], &[out, inp])?;
+        let pool = self.pool;
+        let packed = if gate_format == up_format {
+            PackedMatrix::interleaved_from_gguf(gate_format, out, inp, [&gate, &up], pool)
+                .map_err(|e| load_error(&names[0], e))?
+        } else {
+            let pack = |name: &str, format, bytes: &[u8]| {
+                PackedMatrix::from_gguf(format, out, inp, bytes, pool)
+                    .map_err(|e| load_error(name, e))
+            };
+            [
+                pack(&names[0], gate_format, &gate)?,
+                pack(&names[1], up_format, &up)?,
+            ]
+        };
+        for name in &names {
+            self.gguf.release(name);
+        }
+        Ok(packed)
+    }
+
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
         let raw = self.gguf.raw(name, &[len])?;
         let format = WeightFormat::from_ggml(raw.dtype)
@@ -149,6 +178,7 @@ impl Weights {
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
             let p = |n: &str| format!("blk.{i}.{n}");
+            let [gate, up] = l.gate_up(i, ffn, hidden)?;
             layers.push(LayerWeights {
                 attn_norm: l.vector(&p("attn_norm.weight"), hidden)?,
                 q: l.matrix(&p("attn_q.weight"), hidden, hidden)?,
@@ -159,8 +189,8 @@ impl Weights {
                 v_bias: l.bias(&p("attn_v.bias"), kv)?,
                 o: l.matrix(&p("attn_output.weight"), hidden, hidden)?,
                 ffn_norm: l.vector(&p("ffn_norm.weight"), hidden)?,
-                gate: l.matrix(&p("ffn_gate.weight"), ffn, hidden)?,
-                up: l.matrix(&p("ffn_up.weight"), ffn, hidden)?,
+                gate,
+                up,
                 down: l.matrix(&p("ffn_down.weight"), hidden, ffn)?,
             });
         }
