@@ -408,9 +408,11 @@ def engine_section(args, specd, lbench, lbench_drafter, cold):
     target, drafter = engine["target"], engine.get("drafter") or {}
     bandwidth = engine["read_bandwidth_gbs"] * 1e9
     out(f"specd engine: {engine['kernels']} kernels, {engine['threads']} threads; measured "
-        f"read bandwidth {engine['read_bandwidth_gbs']:.1f} GB/s (best of 3 passes over 1 GiB). "
-        f"specd steps: median of {engine['step_reps']} at a {engine['context_tokens']}-token "
-        f"context; llama.cpp: llama-bench, median of 3 repetitions, tg{TG_TOKENS} and pp<n> (last-row "
+        f"read bandwidth {engine['read_bandwidth_gbs']:.1f} GB/s (median of one pass over 1 GiB "
+        f"per repetition). specd steps: median of {engine['step_reps']} at a "
+        f"{engine['context_tokens']}-token context, each repetition measuring every quantity "
+        f"once, back to back; specd's ratios (verify and draft costs, bandwidth use, drafter "
+        f"prefill) are medians of the ratios within a repetition; llama.cpp: llama-bench, median of 3 repetitions, tg{TG_TOKENS} and pp<n> (last-row "
         f"logits only) from an empty context. Prefill: {engine['prefill_tokens']} tokens, specd "
         f"in chunks of {engine['prefill_chunk']} into a fresh cache (median of "
         f"{engine['prefill_reps']}), llama.cpp pp{PREFILL_TOKENS}. Cold start: median of "

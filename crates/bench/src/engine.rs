@@ -2,17 +2,22 @@
 //! a decode step streams and how close the step comes to streaming them at that bandwidth,
 //! verifies of 1..8 tokens, the drafter's step, and the prefill of a long prompt. These are
 //! the figures the engine is held against llama.cpp on.
+//!
+//! Every repetition measures each quantity once, back to back, and each ratio is the median
+//! of its per-repetition ratios: the load of a shared machine drifts within seconds (its read
+//! bandwidth by 20% and more), and a ratio of two medians taken at different moments would
+//! carry that drift.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use specd_models::cpu::{read_bandwidth, ThreadPool};
+use specd_models::cpu::{ReadPass, ThreadPool};
 use specd_models::qwen2::{EngineInfo, KvCache, Qwen2Model};
 use specd_verifier::Qwen2Target;
 
 use super::prompts;
-use super::quantile::median;
+use super::quantile::{median, median_of};
 use specd::text::PromptText;
 use specd_text::TargetText;
 
@@ -22,11 +27,9 @@ const MAX_VERIFY: usize = 8;
 const PREFILL_TOKENS: usize = 1500;
 /// Rows per prefill forward, as the verifier and the drafter prefill a prompt.
 const PREFILL_CHUNK: usize = 256;
-/// Passes over the bandwidth buffer; the best one counts, as the steps are medians of
-/// undisturbed runs too.
-const BANDWIDTH_RUNS: usize = 3;
-/// Timed repetitions of every step, after one unmeasured pass.
-const STEP_REPS: usize = 7;
+/// Timed repetitions of every step (and of a pass over the bandwidth buffer), after one
+/// unmeasured pass.
+const STEP_REPS: usize = 11;
 /// Timed prefills of each model, after one unmeasured pass (a prefill takes seconds).
 const PREFILL_REPS: usize = 3;
 
@@ -37,10 +40,19 @@ struct Side {
     step: Duration,
     /// Median prefill of the long prompt into a fresh cache.
     prefill: Duration,
+    /// Median over repetitions of streamed bytes / step time / that repetition's read
+    /// bandwidth.
+    bandwidth_use: f64,
+}
+
+/// The drafter's steps over the target's, median over repetitions of the paired ratios.
+struct DrafterCost {
+    step: f64,
+    prefill: f64,
 }
 
 pub struct EngineReport {
-    /// Bytes per second.
+    /// Median read bandwidth of the repetitions' passes, bytes per second.
     bandwidth: f64,
     /// Tokens in the cache under every step measurement.
     context: usize,
@@ -49,7 +61,19 @@ pub struct EngineReport {
     /// `verify[n - 1]`: median verify of n tokens (forward, greedy token of every row);
     /// `verify[0]` is the decode step.
     verify: Vec<Duration>,
-    drafter: Option<Side>,
+    /// `verify_cost[n - 1]`: median over repetitions of verify of n ÷ decode step.
+    verify_cost: Vec<f64>,
+    drafter: Option<(Side, DrafterCost)>,
+}
+
+/// Bytes per second over one step, as a fraction of `bandwidth`.
+fn use_of(streamed: usize, step: Duration, bandwidth: f64) -> f64 {
+    let secs = step.as_secs_f64();
+    if secs > 0.0 && bandwidth > 0.0 {
+        streamed as f64 / secs / bandwidth
+    } else {
+        0.0
+    }
 }
 
 fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<Duration> {
@@ -131,7 +155,8 @@ fn measure(
         return Ok(None);
     };
     let drafter = drafter.and_then(|m| m.engine_info().map(|info| (m, info)));
-    let bandwidth = read_bandwidth(ThreadPool::global(), BANDWIDTH_RUNS);
+    let pass = ReadPass::new();
+    let mut bandwidth = Vec::with_capacity(STEP_REPS);
     let widths: Vec<Vec<u32>> = (1..=MAX_VERIFY)
         .map(|n| context.iter().copied().cycle().take(n).collect())
         .collect();
@@ -145,6 +170,7 @@ fn measure(
     let mut draft = Vec::with_capacity(STEP_REPS);
     // Every quantity once per repetition, so drift in machine load hits them alike.
     for rep in 0..=STEP_REPS {
+        let read = pass.run(ThreadPool::global());
         let step = t.decode_step(token)?;
         let wider = widths[1..]
             .iter()
@@ -156,9 +182,10 @@ fn measure(
                 samples.push(s);
             }
             draft.extend(draft_step);
+            bandwidth.push(read);
         }
     }
-    let verify: Vec<Duration> = verify.into_iter().map(|samples| median(&samples)).collect();
+    drop(pass);
     let mut target_prefill = Vec::with_capacity(PREFILL_REPS);
     let mut drafter_prefill = Vec::with_capacity(PREFILL_REPS);
     for rep in 0..=PREFILL_REPS {
@@ -172,35 +199,90 @@ fn measure(
             drafter_prefill.extend(dp);
         }
     }
-    Ok(Some(EngineReport {
+    let samples = Samples {
         bandwidth,
-        context: context.len(),
-        prefill_tokens: long_prompt.len(),
-        target: Side {
-            info: target_info,
-            step: verify[0],
-            prefill: median(&target_prefill),
-        },
         verify,
-        drafter: drafter.map(|(_, info)| Side {
-            info,
-            step: median(&draft),
-            prefill: median(&drafter_prefill),
-        }),
-    }))
+        draft,
+        target_prefill,
+        drafter_prefill,
+    };
+    Ok(Some(EngineReport::from_samples(
+        target_info,
+        drafter.map(|(_, info)| info),
+        context.len(),
+        long_prompt.len(),
+        &samples,
+    )))
+}
+
+/// What the repetitions measured, sample `i` of every list from repetition `i`.
+struct Samples {
+    /// Read bandwidth, bytes per second.
+    bandwidth: Vec<f64>,
+    /// `verify[n - 1]`: verifies of n tokens; `verify[0]` are the decode steps.
+    verify: Vec<Vec<Duration>>,
+    /// Drafter decode steps (empty without a drafter).
+    draft: Vec<Duration>,
+    target_prefill: Vec<Duration>,
+    drafter_prefill: Vec<Duration>,
+}
+
+impl EngineReport {
+    fn from_samples(
+        target: EngineInfo,
+        drafter: Option<EngineInfo>,
+        context: usize,
+        prefill_tokens: usize,
+        s: &Samples,
+    ) -> Self {
+        let steps = &s.verify[0];
+        let paired = |a: &[Duration], b: &[Duration]| {
+            median_of(
+                &a.iter()
+                    .zip(b)
+                    .map(|(&a, &b)| ratio(a, b))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let bandwidth_use = |streamed: usize, steps: &[Duration]| {
+            let uses: Vec<f64> = steps
+                .iter()
+                .zip(&s.bandwidth)
+                .map(|(&step, &bandwidth)| use_of(streamed, step, bandwidth))
+                .collect();
+            median_of(&uses)
+        };
+        let drafter = drafter.map(|info| {
+            let cost = DrafterCost {
+                step: paired(&s.draft, steps),
+                prefill: paired(&s.drafter_prefill, &s.target_prefill),
+            };
+            let side = Side {
+                bandwidth_use: bandwidth_use(info.streamed_bytes, &s.draft),
+                info,
+                step: median(&s.draft),
+                prefill: median(&s.drafter_prefill),
+            };
+            (side, cost)
+        });
+        Self {
+            bandwidth: median_of(&s.bandwidth),
+            context,
+            prefill_tokens,
+            target: Side {
+                bandwidth_use: bandwidth_use(target.streamed_bytes, steps),
+                info: target,
+                step: median(steps),
+                prefill: median(&s.target_prefill),
+            },
+            verify: s.verify.iter().map(|v| median(v)).collect(),
+            verify_cost: s.verify.iter().map(|v| paired(v, steps)).collect(),
+            drafter,
+        }
+    }
 }
 
 impl Side {
-    /// Streamed bytes over the step time, as a fraction of the read bandwidth.
-    fn bandwidth_use(&self, bandwidth: f64) -> f64 {
-        let secs = self.step.as_secs_f64();
-        if secs > 0.0 && bandwidth > 0.0 {
-            self.info.streamed_bytes as f64 / secs / bandwidth
-        } else {
-            0.0
-        }
-    }
-
     fn prefill_tokens_per_second(&self, tokens: usize) -> f64 {
         let secs = self.prefill.as_secs_f64();
         if secs > 0.0 {
@@ -221,13 +303,6 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 }
 
 impl EngineReport {
-    fn verify_cost(&self) -> Vec<f64> {
-        self.verify
-            .iter()
-            .map(|&v| ratio(v, self.target.step))
-            .collect()
-    }
-
     pub fn table(&self) -> String {
         let gb = |bytes: usize| bytes as f64 / 1e9;
         let t = &self.target;
@@ -245,20 +320,20 @@ impl EngineReport {
             ms(t.step),
             gb(t.info.streamed_bytes),
             gb(t.info.resident_bytes),
-            t.bandwidth_use(self.bandwidth) * 100.0
+            t.bandwidth_use * 100.0
         ));
-        for (i, (v, c)) in self.verify.iter().zip(self.verify_cost()).enumerate() {
+        for (i, (v, c)) in self.verify.iter().zip(&self.verify_cost).enumerate() {
             out.push_str(&format!("  n={} {:.1} ({c:.2})", i + 1, ms(*v)));
         }
         out.push('\n');
-        if let Some(d) = &self.drafter {
+        if let Some((d, cost)) = &self.drafter {
             out.push_str(&format!(
                 "drafter: step {:.1} ms = {:.2} target steps, streaming {:.3} GB = {:.0}% of \
                  read bandwidth\n",
                 ms(d.step),
-                ratio(d.step, t.step),
+                cost.step,
                 gb(d.info.streamed_bytes),
-                d.bandwidth_use(self.bandwidth) * 100.0
+                d.bandwidth_use * 100.0
             ));
         }
         let n = self.prefill_tokens;
@@ -268,12 +343,12 @@ impl EngineReport {
             t.prefill.as_secs_f64(),
             t.prefill_tokens_per_second(n)
         ));
-        if let Some(d) = &self.drafter {
+        if let Some((d, cost)) = &self.drafter {
             out.push_str(&format!(
                 ", drafter {:.2} s ({:.0} tok/s) = {:.2} of the target's",
                 d.prefill.as_secs_f64(),
                 d.prefill_tokens_per_second(n),
-                ratio(d.prefill, t.prefill)
+                cost.prefill
             ));
         }
         out.push('\n');
@@ -289,18 +364,18 @@ impl EngineReport {
                 "resident_bytes": s.info.resident_bytes,
                 "reencoded_tensors": s.info.reencoded_tensors,
                 "decode_step_ms": ms(s.step),
-                "bandwidth_use": s.bandwidth_use(self.bandwidth),
+                "bandwidth_use": s.bandwidth_use,
                 "prefill_seconds": s.prefill.as_secs_f64(),
                 "prefill_tokens_per_second": s.prefill_tokens_per_second(n),
             })
         };
         let mut target = side(t);
         target["verify_ms"] = json!(self.verify.iter().map(|&v| ms(v)).collect::<Vec<_>>());
-        target["verify_cost"] = json!(self.verify_cost());
-        let drafter = self.drafter.as_ref().map(|d| {
+        target["verify_cost"] = json!(self.verify_cost);
+        let drafter = self.drafter.as_ref().map(|(d, cost)| {
             let mut v = side(d);
-            v["step_cost"] = json!(ratio(d.step, t.step));
-            v["prefill_over_target"] = json!(ratio(d.prefill, t.prefill));
+            v["step_cost"] = json!(cost.step);
+            v["prefill_over_target"] = json!(cost.prefill);
             v
         });
         json!({
@@ -322,29 +397,77 @@ impl EngineReport {
 mod tests {
     use super::*;
 
-    fn side(streamed: usize, step_ms: u64, prefill_ms: u64) -> Side {
-        Side {
-            info: EngineInfo {
-                kernels: "avx2",
-                threads: 2,
-                streamed_bytes: streamed,
-                resident_bytes: streamed + 1,
-                reencoded_tensors: 0,
-            },
-            step: Duration::from_millis(step_ms),
-            prefill: Duration::from_millis(prefill_ms),
+    fn info(streamed: usize) -> EngineInfo {
+        EngineInfo {
+            kernels: "avx2",
+            threads: 2,
+            streamed_bytes: streamed,
+            resident_bytes: streamed + 1,
+            reencoded_tensors: 0,
         }
     }
 
+    fn ms_list(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&m| Duration::from_millis(m)).collect()
+    }
+
+    /// Three repetitions, the second on a machine at half speed: every ratio of one
+    /// repetition's samples is the same.
     fn report() -> EngineReport {
-        EngineReport {
-            bandwidth: 10e9,
-            context: 40,
-            prefill_tokens: 1500,
-            target: side(1_000_000_000, 125, 10_000),
-            verify: [125, 150, 250].map(Duration::from_millis).to_vec(),
-            drafter: Some(side(400_000_000, 50, 3_000)),
-        }
+        let samples = Samples {
+            bandwidth: vec![10e9, 5e9, 10e9],
+            verify: vec![
+                ms_list(&[125, 250, 125]),
+                ms_list(&[150, 300, 150]),
+                ms_list(&[250, 500, 250]),
+            ],
+            draft: ms_list(&[50, 100, 50]),
+            target_prefill: ms_list(&[10_000, 20_000, 10_000]),
+            drafter_prefill: ms_list(&[3_000, 6_000, 3_000]),
+        };
+        EngineReport::from_samples(
+            info(1_000_000_000),
+            Some(info(400_000_000)),
+            40,
+            1500,
+            &samples,
+        )
+    }
+
+    #[test]
+    fn ratios_pair_the_samples_of_one_repetition() {
+        // A slow repetition first: the median of the ratios differs from the ratio of the
+        // medians in every measure.
+        let samples = Samples {
+            bandwidth: vec![4e9, 10e9, 10e9],
+            verify: vec![ms_list(&[250, 100, 125]), ms_list(&[325, 130, 140])],
+            draft: ms_list(&[100, 35, 40]),
+            target_prefill: ms_list(&[20_000, 10_000, 10_000]),
+            drafter_prefill: ms_list(&[6_000, 2_000, 3_500]),
+        };
+        let r = EngineReport::from_samples(
+            info(1_000_000_000),
+            Some(info(400_000_000)),
+            40,
+            1500,
+            &samples,
+        );
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert_eq!(r.target.step, Duration::from_millis(125));
+        assert_eq!(r.bandwidth, 10e9);
+        // Per repetition 1.3, 1.3, 1.12 (medians: 140 / 125 = 1.12).
+        assert!(close(r.verify_cost[1], 1.3), "{:?}", r.verify_cost);
+        let (_, cost) = r.drafter.as_ref().unwrap();
+        // Per repetition 0.4, 0.35, 0.32 (medians: 40 / 125 = 0.32).
+        assert!(close(cost.step, 0.35), "{}", cost.step);
+        // Per repetition 0.3, 0.2, 0.35 (medians: 0.35).
+        assert!(close(cost.prefill, 0.3), "{}", cost.prefill);
+        // 1 GB per step, per repetition 1.0, 1.0, 0.8 (medians: 0.8).
+        assert!(
+            close(r.target.bandwidth_use, 1.0),
+            "{}",
+            r.target.bandwidth_use
+        );
     }
 
     #[test]

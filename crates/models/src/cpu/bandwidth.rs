@@ -11,22 +11,37 @@ use super::pool::ThreadPool;
 /// Bytes read per measurement: far beyond any last-level cache a machine has today.
 const BUFFER_BYTES: usize = 1 << 30;
 
-/// The best of `runs` passes over a 1 GiB buffer, in bytes per second.
-pub fn read_bandwidth(pool: &ThreadPool, runs: usize) -> f64 {
-    let words = BUFFER_BYTES / 8;
-    let mut storage = AlignedBytes::zeroed(BUFFER_BYTES);
-    for (i, word) in storage.as_mut_slice().chunks_exact_mut(8).enumerate() {
-        word.copy_from_slice(&(i as u64).to_le_bytes());
+/// A buffer of [`BUFFER_BYTES`], written once, to time passes over.
+pub struct ReadPass {
+    storage: AlignedBytes,
+}
+
+impl Default for ReadPass {
+    fn default() -> Self {
+        Self::new()
     }
-    // SAFETY: the storage is 64-byte aligned and `BUFFER_BYTES` long, a whole number of
-    // initialised u64 words.
-    let buffer: &[u64] =
-        unsafe { std::slice::from_raw_parts(storage.as_slice().as_ptr() as *const u64, words) };
-    let threads = pool.threads();
-    let share = words.div_ceil(threads);
-    let sink = AtomicU64::new(0);
-    let mut best = 0f64;
-    for _ in 0..runs.max(1) {
+}
+
+impl ReadPass {
+    pub fn new() -> Self {
+        let mut storage = AlignedBytes::zeroed(BUFFER_BYTES);
+        for (i, word) in storage.as_mut_slice().chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        Self { storage }
+    }
+
+    /// Bytes per second of one pass over the buffer by every worker of `pool`.
+    pub fn run(&self, pool: &ThreadPool) -> f64 {
+        let words = BUFFER_BYTES / 8;
+        // SAFETY: the storage is 64-byte aligned and `BUFFER_BYTES` long, a whole number of
+        // initialised u64 words.
+        let buffer: &[u64] = unsafe {
+            std::slice::from_raw_parts(self.storage.as_slice().as_ptr() as *const u64, words)
+        };
+        let threads = pool.threads();
+        let share = words.div_ceil(threads);
+        let sink = AtomicU64::new(0);
         let started = Instant::now();
         pool.run(&|w| {
             let part = &buffer[(w * share).min(words)..((w + 1) * share).min(words)];
@@ -36,10 +51,9 @@ pub fn read_bandwidth(pool: &ThreadPool, runs: usize) -> f64 {
             sink.fetch_add(total, Ordering::Relaxed);
         });
         let seconds = started.elapsed().as_secs_f64();
-        best = best.max(BUFFER_BYTES as f64 / seconds);
+        std::hint::black_box(sink.load(Ordering::Relaxed));
+        BUFFER_BYTES as f64 / seconds
     }
-    std::hint::black_box(sink.load(Ordering::Relaxed));
-    best
 }
 
 #[cfg(target_arch = "x86_64")]

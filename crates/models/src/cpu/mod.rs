@@ -28,7 +28,7 @@ mod tests;
 
 pub use activation::QuantizedRows;
 pub use attention::{attend, Heads, Span};
-pub use bandwidth::read_bandwidth;
+pub use bandwidth::ReadPass;
 pub use format::{dequantize_row, ActivationKind, WeightFormat};
 pub use isa::{Isa, KERNELS_ENV};
 pub use kv::KvBuffers;
