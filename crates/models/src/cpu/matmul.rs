@@ -281,10 +281,11 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             });
             // A lone worker keeps two streams of weight lines in flight, reading tile i of
             // the first half beside tile i of the second (far enough apart to be fetched
-            // independently); with one stream it leaves 5-10% of the read bandwidth
-            // unused. With two or more workers a single stream each is faster (5-15% on
-            // a 2-core Zen 5): more streams contend for the memory controller. A SwiGLU
-            // tile reads gate and up (see `run_tiles`).
+            // independently): on one core a single stream left 10-15% of the read
+            // bandwidth unused on a Xeon, and 2-9% for most formats on a Zen 5. With two
+            // or more workers a single stream each was 2-13% faster per format (2-core
+            // Zen 5): more streams contend for the memory. A SwiGLU tile reads gate and
+            // up (see `run_tiles`).
             if part.up.is_none() && !part.one_stream {
                 let half = (to - from) / 2;
                 for i in from..from + half {

@@ -372,63 +372,27 @@ unsafe fn by_rows<L: Lanes, const T: usize>(
     prefetch: Prefetch,
 ) {
     let row = |i: usize| rows[i];
+    // The row count as a constant, so that each count gets its own unrolled kernel.
+    macro_rules! with_rows {
+        ($r:literal) => {
+            run::<L, $r, T>(
+                format,
+                tiles,
+                blocks,
+                &std::array::from_fn(row),
+                out,
+                prefetch,
+            )
+        };
+    }
     match rows.len() {
-        1 => run::<L, 1, T>(format, tiles, blocks, &[row(0)], out, prefetch),
-        2 => run::<L, 2, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        3 => run::<L, 3, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        4 => run::<L, 4, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        5 => run::<L, 5, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        6 => run::<L, 6, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        7 => run::<L, 7, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
-        _ => run::<L, 8, T>(
-            format,
-            tiles,
-            blocks,
-            &std::array::from_fn(row),
-            out,
-            prefetch,
-        ),
+        1 => with_rows!(1),
+        2 => with_rows!(2),
+        3 => with_rows!(3),
+        4 => with_rows!(4),
+        5 => with_rows!(5),
+        6 => with_rows!(6),
+        7 => with_rows!(7),
+        _ => with_rows!(8),
     }
 }
