@@ -42,12 +42,22 @@ fn inputs(rows: usize, inp: usize, seed: u64) -> Vec<f32> {
     (0..rows * inp).map(|_| rng.next()).collect()
 }
 
-fn multiply(m: &PackedMatrix, x: &[f32], rows: usize, pool: &ThreadPool, isa: Isa) -> Vec<f32> {
+/// The first `rows` rows of `x`, prepared for `matrices` (all of one input width).
+fn layer_input(
+    matrices: &[&PackedMatrix],
+    x: &[f32],
+    rows: usize,
+    pool: &ThreadPool,
+) -> LayerInput {
+    let inp = matrices[0].in_features();
     let mut input = LayerInput::default();
+    input.reset(rows, inp).copy_from_slice(&x[..rows * inp]);
+    input.prepare_for(matrices, pool);
     input
-        .reset(rows, m.in_features())
-        .copy_from_slice(&x[..rows * m.in_features()]);
-    input.prepare_for(&[m], pool);
+}
+
+fn multiply(m: &PackedMatrix, x: &[f32], rows: usize, pool: &ThreadPool, isa: Isa) -> Vec<f32> {
+    let input = layer_input(&[m], x, rows, pool);
     let mut out = vec![0f32; rows * m.out_features()];
     matmul(
         &mut [Task {
@@ -198,9 +208,7 @@ fn argmax_epilogue_picks_the_largest_stored_output() {
     let rows = 5;
     let x = inputs(rows, inp, 17);
     let y = multiply(&m, &x, rows, &pool, Isa::active());
-    let mut input = LayerInput::default();
-    input.reset(rows, inp).copy_from_slice(&x);
-    input.prepare_for(&[&m], &pool);
+    let input = layer_input(&[&m], &x, rows, &pool);
     let mut best = vec![(0u32, 0f32); rows];
     matmul(
         &mut [Task {
@@ -328,11 +336,7 @@ fn swiglu(
     pool: &ThreadPool,
     isa: Isa,
 ) -> Vec<f32> {
-    let mut input = LayerInput::default();
-    input
-        .reset(rows, gate.in_features())
-        .copy_from_slice(&x[..rows * gate.in_features()]);
-    input.prepare_for(&[gate, up], pool);
+    let input = layer_input(&[gate, up], x, rows, pool);
     let mut fused = vec![0f32; rows * gate.out_features()];
     matmul(
         &mut [Task {
