@@ -407,7 +407,9 @@ def engine_section(args, specd, lbench, lbench_drafter, cold):
     lb, ld = lbench or {}, lbench_drafter or {}
     target, drafter = engine["target"], engine.get("drafter") or {}
     bandwidth = engine["read_bandwidth_gbs"] * 1e9
-    out(f"specd engine: {engine['kernels']} kernels, {engine['threads']} threads; measured "
+    out(f"specd engine: {engine['kernels']} kernels, prefetch hint "
+        f"{engine.get('prefetch') or 'undecided'} (measured at run time), "
+        f"{engine['threads']} threads; measured "
         f"read bandwidth {engine['read_bandwidth_gbs']:.1f} GB/s (median of one pass over 1 GiB "
         f"per repetition). specd steps: median of {engine['step_reps']} at a "
         f"{engine['context_tokens']}-token context, each repetition measuring every quantity "

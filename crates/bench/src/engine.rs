@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use specd_models::cpu::{ReadPass, ThreadPool};
+use specd_models::cpu::{prefetch_hint, ReadPass, ThreadPool};
 use specd_models::qwen2::{EngineInfo, KvCache, Qwen2Model};
 use specd_verifier::Qwen2Target;
 
@@ -64,6 +64,8 @@ pub struct EngineReport {
     /// `verify_cost[n - 1]`: median over repetitions of verify of n ÷ decode step.
     verify_cost: Vec<f64>,
     drafter: Option<(Side, DrafterCost)>,
+    /// The prefetch hint single-pass matmuls settled on (`None`: still measuring).
+    prefetch: Option<&'static str>,
 }
 
 /// Bytes per second over one step, as a fraction of `bandwidth`.
@@ -206,13 +208,15 @@ fn measure(
         target_prefill,
         drafter_prefill,
     };
-    Ok(Some(EngineReport::from_samples(
+    let mut report = EngineReport::from_samples(
         target_info,
         drafter.map(|(_, info)| info),
         context.len(),
         long_prompt.len(),
         &samples,
-    )))
+    );
+    report.prefetch = prefetch_hint();
+    Ok(Some(report))
 }
 
 /// What the repetitions measured, sample `i` of every list from repetition `i`.
@@ -278,6 +282,7 @@ impl EngineReport {
             verify: s.verify.iter().map(|v| median(v)).collect(),
             verify_cost: s.verify.iter().map(|v| paired(v, steps)).collect(),
             drafter,
+            prefetch: None,
         }
     }
 }
@@ -307,9 +312,10 @@ impl EngineReport {
         let gb = |bytes: usize| bytes as f64 / 1e9;
         let t = &self.target;
         let mut out = format!(
-            "engine: {} kernels, {} threads, read bandwidth {:.1} GB/s; steps at a {}-token \
-             context (median of {STEP_REPS})\n",
+            "engine: {} kernels, prefetch {}, {} threads, read bandwidth {:.1} GB/s; steps at a \
+             {}-token context (median of {STEP_REPS})\n",
             t.info.kernels,
+            self.prefetch.unwrap_or("undecided"),
             t.info.threads,
             self.bandwidth / 1e9,
             self.context
@@ -381,6 +387,7 @@ impl EngineReport {
         json!({
             "read_bandwidth_gbs": self.bandwidth / 1e9,
             "kernels": t.info.kernels,
+            "prefetch": self.prefetch,
             "threads": t.info.threads,
             "context_tokens": self.context,
             "step_reps": STEP_REPS,

@@ -12,6 +12,7 @@ use super::format::ActivationKind;
 use super::isa::Isa;
 use super::pack::{PackedMatrix, TILE};
 use super::pool::ThreadPool;
+use super::streaming::Streaming;
 use super::tile::{Prefetch, MAX_ROWS};
 
 /// The input of a layer: f32 rows and, once asked for, their quantized forms.
@@ -173,6 +174,7 @@ struct Part<'a> {
     up: Option<&'a PackedMatrix>,
     /// Whether each worker reads one stream of weight lines rather than two (see `run`).
     one_stream: bool,
+    prefetch: Prefetch,
 }
 
 /// Runs every task (at most [`MAX_TASKS`]) in one parallel region; apart from argmax
@@ -212,6 +214,15 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
         }
     }
     let threads = pool.threads();
+    // Regions of up to MAX_ROWS rows read each weight line once; their hint is measured
+    // (see `Streaming`). More rows read a tile again per group of rows.
+    let single_pass = tasks.iter().all(|t| t.input.rows() <= MAX_ROWS);
+    let (prefetch, ticket) = if single_pass {
+        Streaming::global().next()
+    } else {
+        (Prefetch::Reuse, None)
+    };
+    let mut streamed = 0;
     let mut total = 0;
     let mut parts: [Option<Part<'_>>; MAX_TASKS] = std::array::from_fn(|_| None);
     for (part, t) in parts.iter_mut().zip(tasks.iter_mut()) {
@@ -244,14 +255,18 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             argmax,
             up,
             one_stream: threads > 1 && t.input.rows() <= MAX_ROWS,
+            prefetch,
         });
-        total += columns.div_ceil(TILE);
+        let tiles = columns.div_ceil(TILE);
+        streamed += tiles * (t.matrix.tile_bytes() + up.map_or(0, PackedMatrix::tile_bytes));
+        total += tiles;
     }
     if total == 0 {
         return;
     }
     let parts = &parts[..tasks.len()];
     let next = AtomicUsize::new(0);
+    let started = std::time::Instant::now();
     pool.run(&|worker| loop {
         // Guided: runs of up to 64 tiles (long streams of weight lines), then each
         // worker's share of what is left, so that the workers finish together. On a 2-core
@@ -301,6 +316,9 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
             }
         }
     });
+    if let Some(ticket) = ticket {
+        Streaming::global().report(ticket, started.elapsed(), streamed);
+    }
     for (t, part) in tasks.iter_mut().zip(parts) {
         if let (
             Output::Argmax {
@@ -347,11 +365,7 @@ fn run_tiles(part: &Part<'_>, tiles: &[usize], isa: Isa, mut argmax: Option<&mut
         matrix.tile_ptr(tiles[tiles.len() - 1]),
     ];
     let mut buf = [[[0f32; 16]; MAX_ROWS]; 2];
-    let prefetch = if input.rows() <= MAX_ROWS {
-        Prefetch::Once
-    } else {
-        Prefetch::Reuse
-    };
+    let prefetch = part.prefetch;
     let mut r0 = 0;
     while r0 < input.rows() {
         let n = MAX_ROWS.min(input.rows() - r0);

@@ -21,6 +21,7 @@ mod matmul;
 pub mod ops;
 mod pack;
 mod pool;
+mod streaming;
 mod tile;
 
 #[cfg(test)]
@@ -35,6 +36,7 @@ pub use kv::KvBuffers;
 pub use matmul::{run as matmul, LayerInput, Output, Task, MAX_TASKS};
 pub use pack::{PackError, PackedMatrix, TILE};
 pub use pool::{ThreadPool, THREADS_ENV};
+pub use streaming::{prefetch_hint, PREFETCH_ENV};
 
 /// Runs `f` compiled for `isa`'s features, so the element-wise loops inlined into it use
 /// them (fused multiply-adds in hardware, wide vectors).

@@ -25,6 +25,12 @@ pub(crate) enum Prefetch {
     /// was 6% faster at 4 KiB than with `Reuse`, and 5-12% faster again at 6 KiB; 2, 3,
     /// 5, 7, 8, 12 and 16 KiB were no better.
     Once,
+    /// Each line used once, asked for 6 KiB ahead into the second-level cache. On a 2-core
+    /// Xeon (Sapphire Rapids family) non-temporal lines starved the cores: a decode step
+    /// took 1.45x (1.5B target) and 1.59x (0.5B drafter) as long as with this; 3, 12 and
+    /// 24 KiB and first-level hints were 1-8% slower. Which of the two a machine wants is
+    /// measured at run time (see [`super::streaming`]).
+    OnceL2,
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
 }
@@ -37,6 +43,12 @@ unsafe fn ahead<L: Lanes>(prefetch: Prefetch, p: *const u8, len: usize) {
         Prefetch::Once => {
             while off < len {
                 L::prefetch_once(p.wrapping_add(6144 + off));
+                off += 64;
+            }
+        }
+        Prefetch::OnceL2 => {
+            while off < len {
+                L::prefetch_l2(p.wrapping_add(6144 + off));
                 off += 64;
             }
         }

@@ -57,6 +57,10 @@ unsafe impl Lanes for Avx2 {
         _mm_prefetch::<_MM_HINT_NTA>(p as *const i8)
     }
     #[inline(always)]
+    unsafe fn prefetch_l2(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
+    }
+    #[inline(always)]
     unsafe fn nib_lo(b: Self::B) -> Self::B {
         each(b, |x| _mm256_and_si256(x, _mm256_set1_epi8(0x0f)))
     }

@@ -39,6 +39,10 @@ unsafe impl Lanes for Avx512 {
         _mm_prefetch::<_MM_HINT_NTA>(p as *const i8)
     }
     #[inline(always)]
+    unsafe fn prefetch_l2(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
+    }
+    #[inline(always)]
     unsafe fn nib_lo(b: __m512i) -> __m512i {
         _mm512_and_si512(b, _mm512_set1_epi8(0x0f))
     }

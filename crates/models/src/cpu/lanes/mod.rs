@@ -40,6 +40,10 @@ pub(crate) unsafe trait Lanes {
     /// cached data (may do nothing).
     #[inline(always)]
     unsafe fn prefetch_once(_p: *const u8) {}
+    /// A hint to bring the 64-byte line at `p` into the second-level cache, not the first
+    /// (may do nothing).
+    #[inline(always)]
+    unsafe fn prefetch_l2(_p: *const u8) {}
     /// `b & 0x0f` per byte.
     unsafe fn nib_lo(b: Self::B) -> Self::B;
     /// `b >> 4` per byte.
