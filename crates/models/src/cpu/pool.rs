@@ -85,15 +85,19 @@ impl ThreadPool {
         self.threads
     }
 
-    /// Runs `f(worker)` once on every worker (`0..threads`) and returns when all are done.
-    pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+    /// Runs `f(worker)` once on every worker (`0..threads`) and returns when all are done,
+    /// with how long the region took from its start (not counting a wait for another
+    /// caller's region to end).
+    pub fn run(&self, f: &(dyn Fn(usize) + Sync)) -> Duration {
         if self.threads == 1 || INSIDE.with(Cell::get) {
+            let started = Instant::now();
             for worker in 0..self.threads {
                 f(worker);
             }
-            return;
+            return started.elapsed();
         }
         let _turn = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        let started = Instant::now();
         // SAFETY: the job is only called until `running` drops to 0 below, before `f`'s
         // borrow ends; the slot is cleared before returning.
         let job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(f) };
@@ -130,6 +134,7 @@ impl ThreadPool {
         if self.shared.panicked.load(Ordering::Relaxed) {
             panic!("a compute thread panicked");
         }
+        started.elapsed()
     }
 }
 
@@ -277,6 +282,19 @@ mod tests {
     }
 
     #[test]
+    fn a_region_reports_at_least_the_time_its_workers_took() {
+        for threads in 1..=2 {
+            let pool = ThreadPool::new(threads);
+            let took = pool.run(&|w| {
+                if w == threads - 1 {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            });
+            assert!(took >= Duration::from_millis(3), "{took:?}");
+        }
+    }
+
+    #[test]
     fn chunks_cover_the_slice_once() {
         let pool = ThreadPool::new(3);
         for inline in [false, true] {
@@ -310,7 +328,7 @@ mod tests {
         pool.run(&|_| {
             pool.run(&|_| {
                 count.fetch_add(1, Ordering::Relaxed);
-            })
+            });
         });
         assert_eq!(count.load(Ordering::Relaxed), 4);
     }
