@@ -26,10 +26,10 @@ pub(crate) enum Prefetch {
     /// 5, 7, 8, 12 and 16 KiB were no better.
     Once,
     /// Each line used once, asked for 6 KiB ahead into the second-level cache. On a 2-core
-    /// Xeon (Sapphire Rapids family) non-temporal lines starved the cores: a decode step
-    /// took 1.45x (1.5B target) and 1.59x (0.5B drafter) as long as with this; 3, 12 and
-    /// 24 KiB and first-level hints were 1-8% slower. Which of the two a machine wants is
-    /// measured at run time (see [`super::streaming`]).
+    /// Xeon (family 6, model 207) non-temporal lines starved the cores: a decode step took
+    /// 1.45x (1.5B target) and 1.59x (0.5B drafter) as long as with this; 3 and 24 KiB
+    /// were 2-3% slower, 12 KiB no better, first-level hints 4-8% slower. Which of the two
+    /// a machine wants is measured at run time (see [`super::streaming`]).
     OnceL2,
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
