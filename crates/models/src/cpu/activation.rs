@@ -16,8 +16,6 @@ pub struct QuantizedRows {
     q: Vec<i8>,
     d: Vec<f32>,
     sums16: Vec<i32>,
-    /// 256-value blocks: the 16-value sums of each 32 values as two i16 in one i32.
-    pairs16: Vec<i32>,
     /// 256-value blocks: the 32-value sums of each 64 values as two i16 in one i32.
     pairs32: Vec<i32>,
 }
@@ -28,7 +26,6 @@ pub(crate) struct ActRow {
     pub q: *const i8,
     pub d: *const f32,
     pub sums16: *const i32,
-    pub pairs16: *const i32,
     pub pairs32: *const i32,
     /// The f32 row (dense weights).
     pub x: *const f32,
@@ -40,7 +37,6 @@ impl ActRow {
             q: std::ptr::null(),
             d: std::ptr::null(),
             sums16: std::ptr::null(),
-            pairs16: std::ptr::null(),
             pairs32: std::ptr::null(),
             x,
         }
@@ -73,7 +69,6 @@ impl QuantizedRows {
         self.d.resize(rows * cols / block, 0.0);
         self.sums16.resize(rows * cols / 16, 0);
         let paired = if block == 256 { rows * cols } else { 0 };
-        self.pairs16.resize(paired / 32, 0);
         self.pairs32.resize(paired / 64, 0);
     }
 
@@ -83,7 +78,6 @@ impl QuantizedRows {
             q: self.q.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
             sums16: self.sums16.as_mut_ptr(),
-            pairs16: self.pairs16.as_mut_ptr(),
             pairs32: self.pairs32.as_mut_ptr(),
             cols: self.cols,
             block: self.block,
@@ -97,10 +91,6 @@ impl QuantizedRows {
             q: self.q[r * cols..].as_ptr(),
             d: self.d[r * cols / block..].as_ptr(),
             sums16: self.sums16[r * cols / 16..].as_ptr(),
-            pairs16: self
-                .pairs16
-                .get(r * cols / 32..)
-                .map_or(std::ptr::null(), |p| p.as_ptr()),
             pairs32: self
                 .pairs32
                 .get(r * cols / 64..)
@@ -115,7 +105,6 @@ pub(crate) struct RowWriter {
     q: *mut i8,
     d: *mut f32,
     sums16: *mut i32,
-    pairs16: *mut i32,
     pairs32: *mut i32,
     cols: usize,
     block: usize,
@@ -139,10 +128,6 @@ impl RowWriter {
         quantize_for_isa(&x[..cols], block, q, d, sums);
         if block == 256 {
             let pair = |a: i32, b: i32| (a as u16 as u32 | ((b as u16 as u32) << 16)) as i32;
-            let p16 = std::slice::from_raw_parts_mut(self.pairs16.add(r * cols / 32), cols / 32);
-            for (i, p) in p16.iter_mut().enumerate() {
-                *p = pair(sums[2 * i], sums[2 * i + 1]);
-            }
             let p32 = std::slice::from_raw_parts_mut(self.pairs32.add(r * cols / 64), cols / 64);
             for (i, p) in p32.iter_mut().enumerate() {
                 let s32 = |k: usize| sums[2 * k] + sums[2 * k + 1];

@@ -148,6 +148,41 @@ fn packed_matmul_matches_the_float_reference() {
     }
 }
 
+/// Activations of equal magnitude quantize to +-127 exactly, so the integer formats owe
+/// the float reference all but rounding; signs matched to a column's weights drive its
+/// integer sums to their largest, where a sum leaving the range the kernels rely on (see
+/// `tile::FLOAT_BIAS`) would show.
+#[test]
+fn full_scale_activations_give_the_float_reference_to_rounding() {
+    let pool = ThreadPool::new(2);
+    for (format, out, inp) in SHAPES {
+        if format.activation() == ActivationKind::Dense {
+            continue;
+        }
+        let (raw, deq) = weight(format, out, inp, 11);
+        let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pool).unwrap();
+        let sign = |v: f32| if v < 0.0 { -1.0 } else { 1.0 };
+        let x: Vec<f32> = (0..inp)
+            .map(|k| sign(deq[k]))
+            .chain((0..inp).map(|k| -sign(deq[(out - 1) * inp + k])))
+            .chain((0..inp).map(|_| 1.0))
+            .collect();
+        let y = multiply(&m, &x, 3, &pool, Isa::active());
+        for r in 0..3 {
+            for j in 0..out {
+                let products = (0..inp).map(|k| deq[j * inp + k] as f64 * x[r * inp + k] as f64);
+                let exact: f64 = products.clone().sum();
+                let norm: f64 = products.map(f64::abs).sum();
+                let got = y[r * out + j] as f64;
+                assert!(
+                    (got - exact).abs() <= 1e-5 * norm,
+                    "{format:?} row {r} col {j}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+}
+
 /// Matrices wide enough that workers take chunks of several tiles and read them in
 /// pairs, with a tile that one thread count reads paired and another alone.
 const WIDE_SHAPES: [(WeightFormat, usize, usize); 5] = [

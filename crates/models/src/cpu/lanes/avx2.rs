@@ -115,18 +115,6 @@ unsafe impl Lanes for Avx2 {
         Pair([_mm256_set1_epi32(v); 2])
     }
     #[inline(always)]
-    unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I {
-        both(a, b, |x, y| _mm256_add_epi32(x, y))
-    }
-    #[inline(always)]
-    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I {
-        both(a, b, |x, y| _mm256_sub_epi32(x, y))
-    }
-    #[inline(always)]
-    unsafe fn mul_i(a: Self::I, b: Self::I) -> Self::I {
-        both(a, b, |x, y| _mm256_mullo_epi32(x, y))
-    }
-    #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> Self::I {
         Pair([
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)),
@@ -167,12 +155,24 @@ unsafe impl Lanes for Avx2 {
         each(a, |x| _mm256_cvtepi32_ps(x))
     }
     #[inline(always)]
+    unsafe fn bits_f(a: Self::I) -> Self::F {
+        each(a, |x| _mm256_castsi256_ps(x))
+    }
+    #[inline(always)]
     unsafe fn zero_f() -> Self::F {
         Pair([_mm256_setzero_ps(); 2])
     }
     #[inline(always)]
     unsafe fn splat_f(v: f32) -> Self::F {
         Pair([_mm256_set1_ps(v); 2])
+    }
+    #[inline(always)]
+    unsafe fn add_f(a: Self::F, b: Self::F) -> Self::F {
+        both(a, b, |x, y| _mm256_add_ps(x, y))
+    }
+    #[inline(always)]
+    unsafe fn sub_f(a: Self::F, b: Self::F) -> Self::F {
+        both(a, b, |x, y| _mm256_sub_ps(x, y))
     }
     #[inline(always)]
     unsafe fn mul_f(a: Self::F, b: Self::F) -> Self::F {

@@ -86,18 +86,6 @@ unsafe impl Lanes for Avx512 {
         _mm512_set1_epi32(v)
     }
     #[inline(always)]
-    unsafe fn add_i(a: __m512i, b: __m512i) -> __m512i {
-        _mm512_add_epi32(a, b)
-    }
-    #[inline(always)]
-    unsafe fn sub_i(a: __m512i, b: __m512i) -> __m512i {
-        _mm512_sub_epi32(a, b)
-    }
-    #[inline(always)]
-    unsafe fn mul_i(a: __m512i, b: __m512i) -> __m512i {
-        _mm512_mullo_epi32(a, b)
-    }
-    #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m512i {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
     }
@@ -128,12 +116,24 @@ unsafe impl Lanes for Avx512 {
         _mm512_cvtepi32_ps(a)
     }
     #[inline(always)]
+    unsafe fn bits_f(a: __m512i) -> __m512 {
+        _mm512_castsi512_ps(a)
+    }
+    #[inline(always)]
     unsafe fn zero_f() -> __m512 {
         _mm512_setzero_ps()
     }
     #[inline(always)]
     unsafe fn splat_f(v: f32) -> __m512 {
         _mm512_set1_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn add_f(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub_f(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
     }
     #[inline(always)]
     unsafe fn mul_f(a: __m512, b: __m512) -> __m512 {

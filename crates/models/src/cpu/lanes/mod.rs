@@ -63,9 +63,6 @@ pub(crate) unsafe trait Lanes {
 
     unsafe fn zero_i() -> Self::I;
     unsafe fn splat_i(v: i32) -> Self::I;
-    unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn mul_i(a: Self::I, b: Self::I) -> Self::I;
     /// 16 unsigned bytes, widened.
     unsafe fn load_u8(p: *const u8) -> Self::I;
     /// 32 unsigned bytes as 16 lanes of two i16 (byte `2c` low, byte `2c + 1` high).
@@ -80,8 +77,12 @@ pub(crate) unsafe trait Lanes {
     unsafe fn dot2(acc: Self::I, a: Self::I, b: i32) -> Self::I;
 
     unsafe fn cvt(a: Self::I) -> Self::F;
+    /// Each lane's 32 bits read as an f32.
+    unsafe fn bits_f(a: Self::I) -> Self::F;
     unsafe fn zero_f() -> Self::F;
     unsafe fn splat_f(v: f32) -> Self::F;
+    unsafe fn add_f(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn sub_f(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn mul_f(a: Self::F, b: Self::F) -> Self::F;
     /// `a * b + c` with one rounding.
     unsafe fn fma_f(a: Self::F, b: Self::F, c: Self::F) -> Self::F;

@@ -16,15 +16,6 @@ fn map_b(b: [u8; 64], f: impl Fn(u8) -> u8) -> [u8; 64] {
 }
 
 #[inline(always)]
-fn zip_i(a: [i32; 16], b: [i32; 16], f: impl Fn(i32, i32) -> i32) -> [i32; 16] {
-    let mut out = [0i32; 16];
-    for c in 0..16 {
-        out[c] = f(a[c], b[c]);
-    }
-    out
-}
-
-#[inline(always)]
 unsafe fn read<const N: usize>(p: *const u8) -> [u8; N] {
     std::ptr::read_unaligned(p as *const [u8; N])
 }
@@ -101,18 +92,6 @@ unsafe impl Lanes for Portable {
         [v; 16]
     }
     #[inline(always)]
-    unsafe fn add_i(a: [i32; 16], b: [i32; 16]) -> [i32; 16] {
-        zip_i(a, b, |x, y| x.wrapping_add(y))
-    }
-    #[inline(always)]
-    unsafe fn sub_i(a: [i32; 16], b: [i32; 16]) -> [i32; 16] {
-        zip_i(a, b, |x, y| x.wrapping_sub(y))
-    }
-    #[inline(always)]
-    unsafe fn mul_i(a: [i32; 16], b: [i32; 16]) -> [i32; 16] {
-        zip_i(a, b, |x, y| x.wrapping_mul(y))
-    }
-    #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> [i32; 16] {
         read::<16>(p).map(|x| x as i32)
     }
@@ -158,12 +137,32 @@ unsafe impl Lanes for Portable {
         a.map(|x| x as f32)
     }
     #[inline(always)]
+    unsafe fn bits_f(a: [i32; 16]) -> [f32; 16] {
+        a.map(|x| f32::from_bits(x as u32))
+    }
+    #[inline(always)]
     unsafe fn zero_f() -> [f32; 16] {
         [0.0; 16]
     }
     #[inline(always)]
     unsafe fn splat_f(v: f32) -> [f32; 16] {
         [v; 16]
+    }
+    #[inline(always)]
+    unsafe fn add_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
+        let mut out = a;
+        for c in 0..16 {
+            out[c] += b[c];
+        }
+        out
+    }
+    #[inline(always)]
+    unsafe fn sub_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
+        let mut out = a;
+        for c in 0..16 {
+            out[c] -= b[c];
+        }
+        out
     }
     #[inline(always)]
     unsafe fn mul_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
