@@ -157,11 +157,13 @@ unsafe fn q4k<L: Lanes, const R: usize, const T: usize>(
             // The mins first, folded into the accumulators, so that their registers are free
             // for the codes.
             let mins: [L::I; 4] = std::array::from_fn(|q| L::load_u8_pairs(h.add(192 + 32 * q)));
-            let mut msum = [L::zero_i(); R];
             for r in 0..R {
+                let mut msum = L::zero_i();
                 for (q, m) in mins.iter().enumerate() {
-                    msum[r] = L::dot2(msum[r], *m, *rows[r].pairs32.add(sb * 4 + q));
+                    msum = L::dot2(msum, *m, *rows[r].pairs32.add(sb * 4 + q));
                 }
+                let dy = *rows[r].d.add(sb);
+                acc[r] = L::fma_f(L::mul_f(dmin, L::splat_f(-dy)), L::cvt(msum), acc[r]);
             }
             // Each 32-value sum (below 15 * 128 * 32) times its 6-bit scale, added in order.
             let mut sum = [L::zero_f(); R];
@@ -179,7 +181,6 @@ unsafe fn q4k<L: Lanes, const R: usize, const T: usize>(
             for r in 0..R {
                 let dy = *rows[r].d.add(sb);
                 acc[r] = L::fma_f(L::mul_f(d, L::splat_f(dy)), sum[r], acc[r]);
-                acc[r] = L::fma_f(L::mul_f(dmin, L::splat_f(-dy)), L::cvt(msum[r]), acc[r]);
             }
         }
     }
