@@ -129,8 +129,9 @@ unsafe fn scaled<L: Lanes>(sum: L::I, scale: L::F, unbias: L::F) -> L::F {
     L::fma_f(L::bits_f(sum), scale, unbias)
 }
 
+/// `-1.5 * 2^23 * scale`, the term [`scaled`] adds to take the bias back out.
 #[inline(always)]
-unsafe fn unbias<L: Lanes>(scale: L::F) -> L::F {
+unsafe fn unbias_for<L: Lanes>(scale: L::F) -> L::F {
     L::mul_f(scale, L::splat_f(-FLOAT_BIAS))
 }
 
@@ -171,7 +172,7 @@ unsafe fn q4k<L: Lanes, const R: usize, const T: usize>(
                 let codes = h.add(320 + 256 * j);
                 ahead::<L>(prefetch, codes, 256);
                 let sc = L::cvt(L::load_u8(h.add(64 + 16 * j)));
-                let unbias = unbias::<L>(sc);
+                let unbias = unbias_for::<L>(sc);
                 let w = nibble_groups::<L>(codes);
                 for r in 0..R {
                     let s = dot_groups::<L>(biased::<L>(0), &w, &rows[r], sb * 256 + 32 * j);
@@ -234,7 +235,7 @@ unsafe fn q6k<L: Lanes, const R: usize, const T: usize>(
                 ahead::<L>(prefetch, p, 384);
                 let scales = L::load_i8_pairs(h.add(32 + 32 * span));
                 let sc = [L::cvt(L::low_i16(scales)), L::cvt(L::high_i16(scales))];
-                let unbias = [unbias::<L>(sc[0]), unbias::<L>(sc[1])];
+                let unbias = [unbias_for::<L>(sc[0]), unbias_for::<L>(sc[1])];
                 let mut w = nibble_groups::<L>(p);
                 let qh = [L::load_b(p.add(256)), L::load_b(p.add(320))];
                 for (g, wg) in w.iter_mut().enumerate() {

@@ -16,6 +16,15 @@ fn map_b(b: [u8; 64], f: impl Fn(u8) -> u8) -> [u8; 64] {
 }
 
 #[inline(always)]
+fn zip_f(a: [f32; 16], b: [f32; 16], f: impl Fn(f32, f32) -> f32) -> [f32; 16] {
+    let mut out = a;
+    for c in 0..16 {
+        out[c] = f(a[c], b[c]);
+    }
+    out
+}
+
+#[inline(always)]
 unsafe fn read<const N: usize>(p: *const u8) -> [u8; N] {
     std::ptr::read_unaligned(p as *const [u8; N])
 }
@@ -150,27 +159,15 @@ unsafe impl Lanes for Portable {
     }
     #[inline(always)]
     unsafe fn add_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
-        let mut out = a;
-        for c in 0..16 {
-            out[c] += b[c];
-        }
-        out
+        zip_f(a, b, |x, y| x + y)
     }
     #[inline(always)]
     unsafe fn sub_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
-        let mut out = a;
-        for c in 0..16 {
-            out[c] -= b[c];
-        }
-        out
+        zip_f(a, b, |x, y| x - y)
     }
     #[inline(always)]
     unsafe fn mul_f(a: [f32; 16], b: [f32; 16]) -> [f32; 16] {
-        let mut out = a;
-        for c in 0..16 {
-            out[c] *= b[c];
-        }
-        out
+        zip_f(a, b, |x, y| x * y)
     }
     #[inline(always)]
     unsafe fn fma_f(a: [f32; 16], b: [f32; 16], c: [f32; 16]) -> [f32; 16] {
