@@ -194,28 +194,42 @@ def verify_widths(args):
     return sorted(set(range(1, 9)) | {k + 1 for k in args.ks})
 
 
-def llama_bench(args, model, prompts, log_path):
-    """llama.cpp's own costs of `model`: the decode step (tg), and per prompt width n the
-    batch time and tokens/s (pp; last-row logits only). Each is the median of llama-bench's
-    repetitions, as specd's figures are medians: its mean follows a single disturbed run."""
+def llama_bench_rows(args, extra, log_path):
+    """llama-bench's JSON rows for `extra` arguments, or None where it failed."""
     proc = run(
-        [f"{args.llama_bin}/llama-bench", "-m", model, "-t", str(args.threads), "-r", "3",
-         "-p", ",".join(map(str, prompts)), "-n", str(TG_TOKENS), "-o", "json"],
+        [f"{args.llama_bin}/llama-bench", "-t", str(args.threads), "-r", "3", "-o", "json",
+         *extra],
         log_path,
         timeout=3600,
     )
     if proc.returncode != 0:
         return None
     try:
-        rows = json.loads(proc.stdout)
+        return json.loads(proc.stdout)
     except json.JSONDecodeError:
         return None
+
+
+def llama_bench(args, model, prompts, log_path):
+    """llama.cpp's own costs of `model`: the decode step (tg) from an empty context and
+    after a PREFILL_TOKENS-token one (tg at that depth), and per prompt width n the batch
+    time and tokens/s (pp; last-row logits only). Each is the median of llama-bench's
+    repetitions, as specd's figures are medians: its mean follows a single disturbed run."""
+    rows = llama_bench_rows(
+        args, ["-m", model, "-p", ",".join(map(str, prompts)), "-n", str(TG_TOKENS)], log_path)
+    if rows is None:
+        return None
+    deep = llama_bench_rows(
+        args, ["-m", model, "-p", "0", "-n", str(TG_TOKENS), "-d", str(PREFILL_TOKENS)],
+        log_path.with_name(log_path.stem + "-depth.log"))
     costs = {}
-    for row in rows:
+    for row in rows + (deep or []):
         n_prompt, n_gen = row.get("n_prompt", 0), row.get("n_gen", 0)
         ms = statistics.median(row.get("samples_ns") or [row.get("avg_ns", 0)]) / 1e6
         costs["model_size"] = row.get("model_size")
-        if n_gen:
+        if n_gen and row.get("n_depth", 0):
+            costs["decode_long_ms"] = ms / n_gen
+        elif n_gen:
             costs["decode_ms"] = ms / n_gen
         elif n_prompt:
             costs[f"batch_{n_prompt}_ms"] = ms
@@ -463,6 +477,10 @@ def engine_section(args, specd, lbench, lbench_drafter, cold):
         row(f"prefill tok/s, {name} ({engine['prefill_tokens']} tokens)", tps, theirs.get(pp),
             ".0f", ratio, f"≥ 1.00× llama.cpp pp{PREFILL_TOKENS}",
             check(ratio, lambda r: r >= 1.00))
+    for name, ours, theirs in [("target", target, lb), ("drafter", drafter, ld)]:
+        mine, their = ours.get("decode_step_long_ms"), theirs.get("decode_long_ms")
+        row(f"decode step after {engine['prefill_tokens']} tokens, {name} (ms)", mine, their,
+            ".1f", div(mine, their))
     d_prefill = drafter.get("prefill_over_target")
     row("drafter prefill ÷ target prefill (time)", d_prefill, div(lb.get(pp), ld.get(pp)),
         ".2f", None, "≤ 0.40", check(d_prefill, lambda r: r <= 0.40))

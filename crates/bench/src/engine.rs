@@ -1,7 +1,8 @@
 //! The CPU engine beside the machine it runs on: the memory read bandwidth, the weight bytes
 //! a decode step streams and how close the step comes to streaming them at that bandwidth,
-//! verifies of 1..8 tokens, the drafter's step, and the prefill of a long prompt. These are
-//! the figures the engine is held against llama.cpp on.
+//! verifies of 1..8 tokens, the drafter's step, the prefill of a long prompt and the decode
+//! step after it (where attention reads a long K/V cache). These are the figures the engine
+//! is held against llama.cpp on.
 //!
 //! Every repetition measures each quantity once, back to back, and each ratio is the median
 //! of its per-repetition ratios: the load of a shared machine drifts within seconds (its read
@@ -40,6 +41,8 @@ struct Side {
     step: Duration,
     /// Median prefill of the long prompt into a fresh cache.
     prefill: Duration,
+    /// Median decode step with the long prompt in the cache.
+    long_step: Duration,
     /// Median over repetitions of streamed bytes / step time / that repetition's read
     /// bandwidth.
     bandwidth_use: f64,
@@ -110,8 +113,13 @@ impl<'a> Primed<'a> {
     fn new(model: &'a Qwen2Model, context: &[u32]) -> Result<Self> {
         let mut cache = model.new_cache()?;
         prefill_into(model, &mut cache, context)?;
+        Ok(Self::at(model, cache))
+    }
+
+    /// Steps after what `cache` already holds.
+    fn at(model: &'a Qwen2Model, cache: KvCache) -> Self {
         let base = cache.len();
-        Ok(Self { model, cache, base })
+        Self { model, cache, base }
     }
 
     fn decode_step(&mut self, token: u32) -> Result<Duration> {
@@ -190,15 +198,37 @@ fn measure(
     drop(pass);
     let mut target_prefill = Vec::with_capacity(PREFILL_REPS);
     let mut drafter_prefill = Vec::with_capacity(PREFILL_REPS);
+    // The last prefill's caches stay for the decode steps at the long context.
+    let mut long = None;
     for rep in 0..=PREFILL_REPS {
-        let tp = timed(|| prefill_into(target, &mut target.new_cache()?, long_prompt))?;
+        let mut t_cache = target.new_cache()?;
+        let tp = timed(|| prefill_into(target, &mut t_cache, long_prompt))?;
+        let mut d_cache = drafter.as_ref().map(|(m, _)| m.new_cache()).transpose()?;
         let dp = drafter
             .as_ref()
-            .map(|(m, _)| timed(|| prefill_into(m, &mut m.new_cache()?, long_prompt)))
+            .zip(d_cache.as_mut())
+            .map(|((m, _), cache)| timed(|| prefill_into(m, cache, long_prompt)))
             .transpose()?;
         if rep > 0 {
             target_prefill.push(tp);
             drafter_prefill.extend(dp);
+        }
+        long = Some((t_cache, d_cache));
+    }
+    let (t_cache, d_cache) = long.context("prefill: no repetition ran")?;
+    let mut t = Primed::at(target, t_cache);
+    let mut d = drafter
+        .as_ref()
+        .zip(d_cache)
+        .map(|((m, _), cache)| Primed::at(m, cache));
+    let mut target_long = Vec::with_capacity(STEP_REPS);
+    let mut drafter_long = Vec::with_capacity(STEP_REPS);
+    for rep in 0..=STEP_REPS {
+        let step = t.decode_step(token)?;
+        let draft_step = d.as_mut().map(|d| d.decode_step(token)).transpose()?;
+        if rep > 0 {
+            target_long.push(step);
+            drafter_long.extend(draft_step);
         }
     }
     let samples = Samples {
@@ -207,6 +237,8 @@ fn measure(
         draft,
         target_prefill,
         drafter_prefill,
+        target_long,
+        drafter_long,
     };
     let mut report = EngineReport::from_samples(
         target_info,
@@ -229,6 +261,9 @@ struct Samples {
     draft: Vec<Duration>,
     target_prefill: Vec<Duration>,
     drafter_prefill: Vec<Duration>,
+    /// Decode steps with the long prompt in the cache.
+    target_long: Vec<Duration>,
+    drafter_long: Vec<Duration>,
 }
 
 impl EngineReport {
@@ -266,6 +301,7 @@ impl EngineReport {
                 info,
                 step: median(&s.draft),
                 prefill: median(&s.drafter_prefill),
+                long_step: median(&s.drafter_long),
             };
             (side, cost)
         });
@@ -278,6 +314,7 @@ impl EngineReport {
                 info: target,
                 step: median(steps),
                 prefill: median(&s.target_prefill),
+                long_step: median(&s.target_long),
             },
             verify: s.verify.iter().map(|v| median(v)).collect(),
             verify_cost: s.verify.iter().map(|v| paired(v, steps)).collect(),
@@ -358,6 +395,15 @@ impl EngineReport {
             ));
         }
         out.push('\n');
+        out.push_str(&format!(
+            "decode step with those {n} tokens in the cache (median of {STEP_REPS}): target \
+             {:.1} ms",
+            ms(t.long_step)
+        ));
+        if let Some((d, _)) = &self.drafter {
+            out.push_str(&format!(", drafter {:.1} ms", ms(d.long_step)));
+        }
+        out.push('\n');
         out
     }
 
@@ -373,6 +419,7 @@ impl EngineReport {
                 "bandwidth_use": s.bandwidth_use,
                 "prefill_seconds": s.prefill.as_secs_f64(),
                 "prefill_tokens_per_second": s.prefill_tokens_per_second(n),
+                "decode_step_long_ms": ms(s.long_step),
             })
         };
         let mut target = side(t);
@@ -431,6 +478,8 @@ mod tests {
             draft: ms_list(&[50, 100, 50]),
             target_prefill: ms_list(&[10_000, 20_000, 10_000]),
             drafter_prefill: ms_list(&[3_000, 6_000, 3_000]),
+            target_long: ms_list(&[140, 280, 140]),
+            drafter_long: ms_list(&[60, 120, 60]),
         };
         EngineReport::from_samples(
             info(1_000_000_000),
@@ -451,6 +500,8 @@ mod tests {
             draft: ms_list(&[100, 35, 40]),
             target_prefill: ms_list(&[20_000, 10_000, 10_000]),
             drafter_prefill: ms_list(&[6_000, 2_000, 3_500]),
+            target_long: ms_list(&[300, 150, 160]),
+            drafter_long: ms_list(&[120, 50, 60]),
         };
         let r = EngineReport::from_samples(
             info(1_000_000_000),
@@ -488,6 +539,8 @@ mod tests {
         assert_eq!(v["target"]["prefill_tokens_per_second"], 150.0);
         assert_eq!(v["drafter"]["step_cost"], 0.4);
         assert_eq!(v["drafter"]["prefill_over_target"], 0.3);
+        assert_eq!(v["target"]["decode_step_long_ms"], 140.0);
+        assert_eq!(v["drafter"]["decode_step_long_ms"], 60.0);
     }
 
     #[test]
@@ -501,6 +554,8 @@ mod tests {
             "step 50.0 ms = 0.40 target steps",
             "prefill of 1500 tokens",
             "= 0.30 of the target's",
+            "decode step with those 1500 tokens in the cache",
+            "target 140.0 ms, drafter 60.0 ms",
         ] {
             assert!(text.contains(part), "{part:?} missing from\n{text}");
         }
