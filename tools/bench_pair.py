@@ -431,7 +431,9 @@ def engine_section(args, specd, lbench, lbench_drafter, cold):
         f"prefill) are medians of the ratios within a repetition; llama.cpp: llama-bench, median of 3 repetitions, tg{TG_TOKENS} and pp<n> (last-row "
         f"logits only) from an empty context. Prefill: {engine['prefill_tokens']} tokens, specd "
         f"in chunks of {engine['prefill_chunk']} into a fresh cache (median of "
-        f"{engine['prefill_reps']}), llama.cpp pp{PREFILL_TOKENS}. Cold start: median of "
+        f"{engine['prefill_reps']}), llama.cpp pp{PREFILL_TOKENS}; the decode step after it: "
+        f"specd's median of {engine['step_reps']} on the last prefill's cache, llama.cpp "
+        f"tg{TG_TOKENS} at depth {PREFILL_TOKENS}. Cold start: median of "
         f"{COLD_RUNS} fresh processes generating 1 token from the first prompt; peak RSS is the "
         f"largest of them.")
     out("")

@@ -5,8 +5,9 @@
 # the same K, on the edit prompts), same prompts, same number of new tokens, greedy; every
 # figure also per prompt kind (code, prose, edit). Then the engines themselves: specd-bench's engine section (memory read
 # bandwidth, decode step and the share of that bandwidth it uses, verify of 1..8 tokens, draft
-# step, prefill of a 1,500-token prompt on both models) against llama-bench (tg32, pp1..8 and
-# pp1500 on the target, tg32 and pp1500 on the drafter), and the cold start to the first token
+# step, prefill of a 1,500-token prompt on both models and the decode step after it) against
+# llama-bench (tg32 from an empty context and after 1,500 tokens, pp1..8 and pp1500 on the
+# target; both tg32 and pp1500 on the drafter), and the cold start to the first token
 # of a fresh `specd generate` and `llama-completion` process (median of 3, with peak RSS).
 # Prints a markdown report (tokens/s, ratios, acceptance, step costs, whether each tool's
 # speculative output equals its plain output, the same per prompt kind, llama-lookup beside
