@@ -29,7 +29,8 @@ const QUERY_ROWS_AVX2: usize = 4;
 /// K/V is read from memory once per step (a weight stream passes through the caches
 /// between layers), so without a hint a long context waits on it: at 1,500 tokens on a
 /// 2-core Xeon (family 6, model 207) attention took 7.3-7.9 ms of a 1.5B target's step,
-/// 5.3-5.7 ms asked for 4 KiB ahead (2 KiB: 5.9-6.5 ms; 8 and 16 KiB no better than 4).
+/// 5.2-5.7 ms asked for 4 KiB ahead (one run 6.2; 2 KiB: 5.9-6.5 ms; 8 and 16 KiB no
+/// better than 4).
 const KV_AHEAD: usize = 4096;
 
 const LANES: usize = 16;
