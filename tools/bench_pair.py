@@ -473,13 +473,14 @@ def engine_section(args, specd, lbench, lbench_drafter, cold):
             div(drafter["streamed_bytes"] / bandwidth * 1e5, ld.get("decode_ms")), ".0f",
             suffix="%")
     pp = f"pp_{PREFILL_TOKENS}_tps"
-    for name, ours, theirs in [("target", target, lb), ("drafter", drafter, ld)]:
+    sides = [("target", target, lb), ("drafter", drafter, ld)]
+    for name, ours, theirs in sides:
         tps = ours.get("prefill_tokens_per_second")
         ratio = div(tps, theirs.get(pp))
         row(f"prefill tok/s, {name} ({engine['prefill_tokens']} tokens)", tps, theirs.get(pp),
             ".0f", ratio, f"≥ 1.00× llama.cpp pp{PREFILL_TOKENS}",
             check(ratio, lambda r: r >= 1.00))
-    for name, ours, theirs in [("target", target, lb), ("drafter", drafter, ld)]:
+    for name, ours, theirs in sides:
         mine, their = ours.get("decode_step_long_ms"), theirs.get("decode_long_ms")
         row(f"decode step after {engine['prefill_tokens']} tokens, {name} (ms)", mine, their,
             ".1f", div(mine, their))
