@@ -337,7 +337,8 @@ unsafe fn add_key<L: Lanes, const V: usize, const N: usize>(
     sees: impl Fn(usize) -> bool,
 ) {
     for c in 0..V {
-        // The V rows of a head follow one another; later groups of rows find them cached.
+        // The V rows of a head follow one another. Every group of rows asks, whether or not
+        // an earlier group left them cached: a head's V need not stay in a smaller cache.
         L::prefetch((value.add(16 * c) as *const u8).wrapping_add(KV_AHEAD));
     }
     let value: [L::F; V] = std::array::from_fn(|c| L::load_f32(value.add(16 * c) as *const u8));
