@@ -32,11 +32,18 @@ pub(crate) enum Prefetch {
     /// was 6% faster at 4 KiB than with `Reuse`, and 5-12% faster again at 6 KiB; 2, 3,
     /// 5, 7, 8, 12 and 16 KiB were no better.
     Once,
-    /// Each line used once, asked for 6 KiB ahead into the second-level cache. On a 2-core
-    /// Xeon (family 6, model 207) non-temporal lines starved the cores: a decode step took
-    /// 1.45x (1.5B target) and 1.59x (0.5B drafter) as long as with this; 3 and 24 KiB
-    /// were 2-3% slower, 12 KiB no better, first-level hints 4-8% slower. Which of the two
-    /// a machine wants is measured at run time (see [`super::streaming`]).
+    /// Each line used once, asked for 6 KiB ahead into the second-level cache and again
+    /// 3 KiB ahead into the first. On a 2-core Xeon (family 6, model 207) non-temporal
+    /// lines starved the cores: a decode step took 1.45x (1.5B target) and 1.59x (0.5B
+    /// drafter) as long as with the second-level hint alone; 3 and 24 KiB were 2-3% slower
+    /// there, 12 KiB no better, first-level hints alone 4-8% slower. Both hints together
+    /// made the steps 0.89-0.91x (target) and 0.91-0.94x (drafter) as long as the
+    /// second-level hint alone (paired in one process); a first-level distance of 2 KiB
+    /// did about as well, 0.5-1 KiB less, and second-level distances of 8 and 12 KiB did
+    /// not change it. Work between the loads slows the stream the second-level hint
+    /// alone keeps up: a prefetching read pass lost 10-13% with two `vpdpbusd` per line
+    /// added, and got about half of that back with the first-level hint. Which hint a
+    /// machine wants is measured at run time (see [`super::streaming`]).
     OnceL2,
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
@@ -56,6 +63,7 @@ unsafe fn ahead<L: Lanes>(prefetch: Prefetch, p: *const u8, len: usize) {
         Prefetch::OnceL2 => {
             while off < len {
                 L::prefetch_l2(p.wrapping_add(6144 + off));
+                L::prefetch(p.wrapping_add(3072 + off));
                 off += 64;
             }
         }
