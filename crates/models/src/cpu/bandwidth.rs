@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::buffer::AlignedBytes;
 use super::pool::ThreadPool;
+#[cfg(target_arch = "x86_64")]
+use super::tile::{L1_AHEAD, L2_AHEAD};
 
 /// Bytes read per measurement: far beyond any last-level cache a machine has today.
 const BUFFER_BYTES: usize = 1 << 30;
@@ -94,8 +96,8 @@ unsafe fn sum_words_avx2(words: &[u64], ahead: bool) -> u64 {
             // of 128 bytes; a hint past the buffer's end is dropped, never dereferenced.
             let at = p as *const u8;
             for line in [0, 64] {
-                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(6144 + line) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(3072 + line) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(L2_AHEAD + line) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(L1_AHEAD + line) as *const i8);
             }
         }
         for (i, a) in acc.iter_mut().enumerate() {

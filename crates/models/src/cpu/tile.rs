@@ -32,11 +32,12 @@ pub(crate) enum Prefetch {
     /// was 6% faster at 4 KiB than with `Reuse`, and 5-12% faster again at 6 KiB; 2, 3,
     /// 5, 7, 8, 12 and 16 KiB were no better.
     Once,
-    /// Each line used once, asked for 6 KiB ahead into the second-level cache and again
-    /// 3 KiB ahead into the first. On a 2-core Xeon (family 6, model 207) non-temporal
-    /// lines starved the cores: a decode step took 1.45x (1.5B target) and 1.59x (0.5B
-    /// drafter) as long as with the second-level hint alone; 3 and 24 KiB were 2-3% slower
-    /// there, 12 KiB no better, first-level hints alone 4-8% slower. Both hints together
+    /// Each line used once, asked for [`L2_AHEAD`] (6 KiB) ahead into the second-level
+    /// cache and again [`L1_AHEAD`] (3 KiB) ahead into the first. On a 2-core Xeon (family
+    /// 6, model 207) non-temporal lines starved the cores: a decode step took 1.45x (1.5B
+    /// target) and 1.59x (0.5B drafter) as long as with the second-level hint alone, which
+    /// was 2-3% slower at 3 and 24 KiB and no better at 12; first-level hints alone were
+    /// 4-8% slower. Both hints together
     /// made the steps 0.89-0.91x (target) and 0.91-0.94x (drafter) as long as the
     /// second-level hint alone (paired in one process); a first-level distance of 2 KiB
     /// did about as well, 0.5-1 KiB less, and second-level distances of 8 and 12 KiB did
@@ -48,6 +49,11 @@ pub(crate) enum Prefetch {
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
 }
+
+/// How far ahead [`Prefetch::OnceL2`] asks for lines into the second-level cache, and
+/// into the first; the read pass that measures the machine's bandwidth asks the same.
+pub(crate) const L2_AHEAD: usize = 6144;
+pub(crate) const L1_AHEAD: usize = 3072;
 
 /// Asks for the lines a prefetch distance past `p..p + len`.
 #[inline(always)]
@@ -62,8 +68,8 @@ unsafe fn ahead<L: Lanes>(prefetch: Prefetch, p: *const u8, len: usize) {
         }
         Prefetch::OnceL2 => {
             while off < len {
-                L::prefetch_l2(p.wrapping_add(6144 + off));
-                L::prefetch(p.wrapping_add(3072 + off));
+                L::prefetch_l2(p.wrapping_add(L2_AHEAD + off));
+                L::prefetch(p.wrapping_add(L1_AHEAD + off));
                 off += 64;
             }
         }
