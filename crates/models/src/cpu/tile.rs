@@ -37,22 +37,23 @@ pub(crate) enum Prefetch {
     /// 6, model 207) non-temporal lines starved the cores: a decode step took 1.45x (1.5B
     /// target) and 1.59x (0.5B drafter) as long as with the second-level hint alone, which
     /// was 2-3% slower at 3 and 24 KiB and no better at 12; first-level hints alone were
-    /// 4-8% slower. Both hints together
-    /// made the steps 0.89-0.91x (target) and 0.91-0.94x (drafter) as long as the
-    /// second-level hint alone (paired in one process); a first-level distance of 2 KiB
-    /// did about as well, 0.5-1 KiB less, and second-level distances of 8 and 12 KiB did
-    /// not change it. Work between the loads slows the stream the second-level hint
-    /// alone keeps up: a prefetching read pass lost 10-13% with two `vpdpbusd` per line
-    /// added, and got about half of that back with the first-level hint. Which hint a
-    /// machine wants is measured at run time (see [`super::streaming`]).
+    /// 4-8% slower. Both hints together made the steps 0.89-0.91x (target) and 0.91-0.94x
+    /// (drafter) as long as the second-level hint alone (paired in one process); a
+    /// first-level distance of 2 KiB did about as well, 0.5-1 KiB less, and second-level
+    /// distances of 8 and 12 KiB did not change it. Work between the loads slows the stream
+    /// the second-level hint alone keeps up: a prefetching read pass lost 10-13% with two
+    /// `vpdpbusd` per line added, and got about half of that back with the first-level
+    /// hint. Which hint a machine wants is measured at run time (see [`super::streaming`]).
     OnceL2,
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
 }
 
-/// How far ahead [`Prefetch::OnceL2`] asks for lines into the second-level cache, and
-/// into the first; the read pass that measures the machine's bandwidth asks the same.
+/// How far ahead [`Prefetch::OnceL2`] asks for lines into the second-level cache; the read
+/// pass that measures the machine's bandwidth asks the same.
 pub(crate) const L2_AHEAD: usize = 6144;
+/// How far ahead [`Prefetch::OnceL2`] asks for lines into the first-level cache (and the
+/// read pass with it).
 pub(crate) const L1_AHEAD: usize = 3072;
 
 /// Asks for the lines a prefetch distance past `p..p + len`.
