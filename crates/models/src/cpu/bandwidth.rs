@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::buffer::AlignedBytes;
 use super::pool::ThreadPool;
 #[cfg(target_arch = "x86_64")]
-use super::tile::{L1_AHEAD, L2_AHEAD};
+use super::tile::{L1_AHEAD, L2_AHEAD, L2_FAR_AHEAD};
 
 /// Bytes read per measurement: far beyond any last-level cache a machine has today.
 const BUFFER_BYTES: usize = 1 << 30;
@@ -92,12 +92,13 @@ unsafe fn sum_words_avx2(words: &[u64], ahead: bool) -> u64 {
     for chunk in chunks {
         let p = chunk.as_ptr() as *const __m256i;
         if ahead {
-            // The kernels' hints (see `tile::Prefetch::OnceL2`), one line pair per chunk
+            // The kernels' hints (see `tile::Prefetch::OnceL2`), for two lines per chunk
             // of 128 bytes; a hint past the buffer's end is dropped, never dereferenced.
             let at = p as *const u8;
             for line in [0, 64] {
                 _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(L2_AHEAD + line) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(L1_AHEAD + line) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(L2_FAR_AHEAD + line) as *const i8);
             }
         }
         for (i, a) in acc.iter_mut().enumerate() {

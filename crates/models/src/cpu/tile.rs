@@ -43,7 +43,10 @@ pub(crate) enum Prefetch {
     /// distances of 8 and 12 KiB did not change it. Work between the loads slows the stream
     /// the second-level hint alone keeps up: a prefetching read pass lost 10-13% with two
     /// `vpdpbusd` per line added, and got about half of that back with the first-level
-    /// hint. Which hint a machine wants is measured at run time (see [`super::streaming`]).
+    /// hint. A third hint, second-level at [`L2_FAR_AHEAD`] (16 KiB), made the target's
+    /// steps 0.97-0.99x as long again and left the drafter's and the prefetching read
+    /// pass's unchanged (24 and 32 KiB did about as well). Which hint a machine wants is
+    /// measured at run time (see [`super::streaming`]).
     OnceL2,
     /// Later groups of rows read the tile again: asked for 2 KiB ahead into the caches.
     Reuse,
@@ -55,6 +58,8 @@ pub(crate) const L2_AHEAD: usize = 6144;
 /// How far ahead [`Prefetch::OnceL2`] asks for lines into the first-level cache (and the
 /// read pass with it).
 pub(crate) const L1_AHEAD: usize = 3072;
+/// A second, farther second-level hint of [`Prefetch::OnceL2`] (and the read pass).
+pub(crate) const L2_FAR_AHEAD: usize = 16384;
 
 /// Asks for the lines a prefetch distance past `p..p + len`.
 #[inline(always)]
@@ -71,6 +76,7 @@ unsafe fn ahead<L: Lanes>(prefetch: Prefetch, p: *const u8, len: usize) {
             while off < len {
                 L::prefetch_l2(p.wrapping_add(L2_AHEAD + off));
                 L::prefetch(p.wrapping_add(L1_AHEAD + off));
+                L::prefetch_l2(p.wrapping_add(L2_FAR_AHEAD + off));
                 off += 64;
             }
         }
