@@ -47,14 +47,20 @@ pub struct Span {
 impl Span {
     /// The spans of rows of `(new tokens, positions already cached)`, packed in order.
     pub fn pack(rows: impl IntoIterator<Item = (usize, usize)>) -> Vec<Span> {
+        let mut spans = Vec::new();
+        Self::pack_into(rows, &mut spans);
+        spans
+    }
+
+    /// [`Self::pack`] into `spans`, reusing its storage.
+    pub fn pack_into(rows: impl IntoIterator<Item = (usize, usize)>, spans: &mut Vec<Span>) {
+        spans.clear();
         let mut start = 0;
-        rows.into_iter()
-            .map(|(len, past)| {
-                let span = Span { start, len, past };
-                start += len;
-                span
-            })
-            .collect()
+        spans.extend(rows.into_iter().map(|(len, past)| {
+            let span = Span { start, len, past };
+            start += len;
+            span
+        }));
     }
 
     /// The positions of the span's tokens in their sequence.
@@ -105,12 +111,14 @@ struct Unit<'a> {
 }
 
 /// `q [tokens, heads, head_dim]` to `out [tokens, heads, head_dim]`; token `i` of span `s`
-/// sees positions `0..=s.past + i` of its cache, which must already hold them.
+/// sees positions `0..=s.past + i` of cache `s`, which must already hold them. A cache is
+/// anything that lends its [`KvBuffers`], so a caller passes its own rows without building
+/// a list of references every layer.
 #[allow(clippy::too_many_arguments)]
-pub fn attend(
+pub fn attend<C: AsRef<KvBuffers> + Sync>(
     q: &[f32],
     spans: &[Span],
-    caches: &[&KvBuffers],
+    caches: &[C],
     layer: usize,
     h: Heads,
     out: &mut [f32],
@@ -136,7 +144,7 @@ pub fn attend(
         let offset = block * QUERY_BLOCK;
         let count = QUERY_BLOCK.min(span.len - offset);
         let first_pos = span.past + offset;
-        let (k, v) = caches[row].head(layer, kv_head, first_pos + count);
+        let (k, v) = caches[row].as_ref().head(layer, kv_head, first_pos + count);
         let first_token = span.start + offset;
         let unit = Unit {
             q: &q[first_token * width..(first_token + count) * width],

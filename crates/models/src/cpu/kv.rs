@@ -17,6 +17,12 @@ pub struct KvBuffers {
     capacity: usize,
 }
 
+impl AsRef<KvBuffers> for KvBuffers {
+    fn as_ref(&self) -> &KvBuffers {
+        self
+    }
+}
+
 impl KvBuffers {
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize, capacity: usize) -> Self {
         let capacity = capacity.next_multiple_of(KEY_TILE);

@@ -2,8 +2,7 @@
 
 use crate::cpu::ops::{add, rms_norm, rope};
 use crate::cpu::{
-    attend, dequantize_row, with_isa, Heads, Isa, KvBuffers, LayerInput, Output, Span, Task,
-    ThreadPool,
+    attend, dequantize_row, with_isa, Heads, Isa, LayerInput, Output, Span, Task, ThreadPool,
 };
 
 use super::weights::LayerWeights;
@@ -12,6 +11,9 @@ use super::{Engine, EngineRow};
 /// Buffers reused by every forward (they only grow).
 #[derive(Default)]
 pub(crate) struct Workspace {
+    spans: Vec<Span>,
+    tokens: Vec<u32>,
+    positions: Vec<usize>,
     x: Vec<f32>,
     input: LayerInput,
     q: Vec<f32>,
@@ -54,9 +56,19 @@ impl Engine {
     pub(super) fn forward_into(&self, rows: &mut [EngineRow<'_>], ws: &mut Workspace) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden_size;
-        let spans = Span::pack(rows.iter().map(|row| (row.tokens.len(), row.past)));
-        let tokens: Vec<u32> = rows.iter().flat_map(|row| row.tokens).copied().collect();
-        let positions: Vec<usize> = spans.iter().flat_map(Span::positions).collect();
+        // Taken out of the workspace for the pass (their storage is kept, not reallocated)
+        // so the layers can borrow them beside the workspace's buffers.
+        let mut spans = std::mem::take(&mut ws.spans);
+        Span::pack_into(
+            rows.iter().map(|row| (row.tokens.len(), row.past)),
+            &mut spans,
+        );
+        let mut tokens = std::mem::take(&mut ws.tokens);
+        tokens.clear();
+        tokens.extend(rows.iter().flat_map(|row| row.tokens));
+        let mut positions = std::mem::take(&mut ws.positions);
+        positions.clear();
+        positions.extend(spans.iter().flat_map(Span::positions));
         let n = tokens.len();
         let (pool, isa) = (self.pool, self.isa);
 
@@ -81,6 +93,7 @@ impl Engine {
         for (index, layer) in self.weights.layers.iter().enumerate() {
             self.layer(index, layer, &spans, rows, ws, n);
         }
+        (ws.spans, ws.tokens, ws.positions) = (spans, tokens, positions);
 
         let mut hidden = vec![0f32; n * h];
         let eps = c.rms_norm_eps as f32;
@@ -147,17 +160,14 @@ impl Engine {
                 );
             }
         }
-        {
-            let caches: Vec<&KvBuffers> = rows.iter().map(|r| &*r.kv).collect();
-            let heads = Heads {
-                heads: c.num_heads,
-                kv_heads: c.num_kv_heads,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-            };
-            let out = ws.attn.reset(n, h);
-            attend(&ws.q[..n * h], spans, &caches, index, heads, out, pool, isa);
-        }
+        let heads = Heads {
+            heads: c.num_heads,
+            kv_heads: c.num_kv_heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let out = ws.attn.reset(n, h);
+        attend(&ws.q[..n * h], spans, rows, index, heads, out, pool, isa);
         project_residual(&l.o, &mut ws.attn, &mut ws.proj, &mut ws.x, n, pool, isa);
 
         // MLP: the normed input is quantized once for gate and up.

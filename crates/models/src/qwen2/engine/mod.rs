@@ -35,6 +35,12 @@ pub(crate) struct EngineRow<'a> {
     pub past: usize,
 }
 
+impl AsRef<KvBuffers> for EngineRow<'_> {
+    fn as_ref(&self) -> &KvBuffers {
+        self.kv
+    }
+}
+
 impl Engine {
     pub(crate) fn load(gguf: &GgufFile, config: Qwen2Config) -> Result<Self> {
         let pool = ThreadPool::global();
