@@ -44,7 +44,7 @@ pub(crate) enum Prefetch {
     /// the second-level hint alone keeps up: a prefetching read pass lost 10-13% with two
     /// `vpdpbusd` per line added, and got about half of that back with the first-level
     /// hint. A third hint, second-level at [`L2_FAR_AHEAD`] (16 KiB), made the target's
-    /// steps 0.97-0.99x as long again and left the drafter's and the prefetching read
+    /// steps 0.96-0.99x as long again and left the drafter's and the prefetching read
     /// pass's unchanged (24 and 32 KiB did about as well). Which hint a machine wants is
     /// measured at run time (see [`super::streaming`]).
     OnceL2,
