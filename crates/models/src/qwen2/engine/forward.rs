@@ -13,7 +13,6 @@ use super::{Engine, EngineRow};
 pub(crate) struct Workspace {
     spans: Vec<Span>,
     tokens: Vec<u32>,
-    positions: Vec<usize>,
     x: Vec<f32>,
     input: LayerInput,
     q: Vec<f32>,
@@ -56,20 +55,16 @@ impl Engine {
     pub(super) fn forward_into(&self, rows: &mut [EngineRow<'_>], ws: &mut Workspace) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden_size;
-        // Taken out of the workspace for the pass (their storage is kept, not reallocated)
-        // so the layers can borrow them beside the workspace's buffers.
+        // Taken out of the workspace for the pass (its storage is kept, not reallocated) so
+        // the layers can borrow it beside the workspace's buffers.
         let mut spans = std::mem::take(&mut ws.spans);
         Span::pack_into(
             rows.iter().map(|row| (row.tokens.len(), row.past)),
             &mut spans,
         );
-        let mut tokens = std::mem::take(&mut ws.tokens);
-        tokens.clear();
-        tokens.extend(rows.iter().flat_map(|row| row.tokens));
-        let mut positions = std::mem::take(&mut ws.positions);
-        positions.clear();
-        positions.extend(spans.iter().flat_map(Span::positions));
-        let n = tokens.len();
+        ws.tokens.clear();
+        ws.tokens.extend(rows.iter().flat_map(|row| row.tokens));
+        let (tokens, n) = (&ws.tokens, ws.tokens.len());
         let (pool, isa) = (self.pool, self.isa);
 
         let table = &self.weights.embedding;
@@ -82,7 +77,7 @@ impl Engine {
         let half = c.head_dim / 2;
         ws.cos.resize(n * half, 0.0);
         ws.sin.resize(n * half, 0.0);
-        for (i, &pos) in positions.iter().enumerate() {
+        for (i, pos) in spans.iter().flat_map(Span::positions).enumerate() {
             for (j, f) in self.inv_freq.iter().enumerate() {
                 let angle = pos as f64 * f;
                 ws.cos[i * half + j] = angle.cos() as f32;
@@ -93,7 +88,7 @@ impl Engine {
         for (index, layer) in self.weights.layers.iter().enumerate() {
             self.layer(index, layer, &spans, rows, ws, n);
         }
-        (ws.spans, ws.tokens, ws.positions) = (spans, tokens, positions);
+        ws.spans = spans;
 
         let mut hidden = vec![0f32; n * h];
         let eps = c.rms_norm_eps as f32;
