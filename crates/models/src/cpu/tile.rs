@@ -133,13 +133,18 @@ unsafe fn biased<L: Lanes>(offset: i32) -> L::I {
 }
 
 /// `start + sum_g w[g] . y[at + 4g..at + 4g + 4]`, per lane.
+///
+/// Even and odd groups go to two chains added at the end (integer sums, so the result is
+/// the same): one chain of eight dependent dot products waits out eight of their latencies.
+/// On a 2-core Xeon (family 6, model 207) this made verifies of 5 and 8 rows 0.985x and
+/// 0.92x as long (paired in one process) and left a decode step unchanged.
 #[inline(always)]
 unsafe fn dot_groups<L: Lanes>(start: L::I, w: &[L::B], row: &ActRow, at: usize) -> L::I {
-    let mut s = start;
+    let mut chains = [start, L::zero_i()];
     for (g, wg) in w.iter().enumerate() {
-        s = L::dot4(s, *wg, y4(row, at + 4 * g));
+        chains[g % 2] = L::dot4(chains[g % 2], *wg, y4(row, at + 4 * g));
     }
-    s
+    L::add_i(chains[0], chains[1])
 }
 
 /// `sum` (a dot product started from [`biased`]) times `scale`, exactly, for `|sum * scale|

@@ -111,6 +111,10 @@ unsafe impl Lanes for Avx2 {
         Pair([_mm256_setzero_si256(); 2])
     }
     #[inline(always)]
+    unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I {
+        both(a, b, |x, y| _mm256_add_epi32(x, y))
+    }
+    #[inline(always)]
     unsafe fn splat_i(v: i32) -> Self::I {
         Pair([_mm256_set1_epi32(v); 2])
     }

@@ -82,6 +82,10 @@ unsafe impl Lanes for Avx512 {
         _mm512_setzero_si512()
     }
     #[inline(always)]
+    unsafe fn add_i(a: __m512i, b: __m512i) -> __m512i {
+        _mm512_add_epi32(a, b)
+    }
+    #[inline(always)]
     unsafe fn splat_i(v: i32) -> __m512i {
         _mm512_set1_epi32(v)
     }

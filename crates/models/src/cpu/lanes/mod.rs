@@ -62,6 +62,8 @@ pub(crate) unsafe trait Lanes {
     unsafe fn dot4_signed(acc: Self::I, w: Self::B, y: i32) -> Self::I;
 
     unsafe fn zero_i() -> Self::I;
+    /// `a + b` per lane (wrapping).
+    unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn splat_i(v: i32) -> Self::I;
     /// 16 unsigned bytes, widened.
     unsafe fn load_u8(p: *const u8) -> Self::I;

@@ -97,6 +97,10 @@ unsafe impl Lanes for Portable {
         [0; 16]
     }
     #[inline(always)]
+    unsafe fn add_i(a: [i32; 16], b: [i32; 16]) -> [i32; 16] {
+        std::array::from_fn(|c| a[c].wrapping_add(b[c]))
+    }
+    #[inline(always)]
     unsafe fn splat_i(v: i32) -> [i32; 16] {
         [v; 16]
     }
