@@ -146,7 +146,7 @@ fn quantize_for_isa(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: 
         Isa::Avx512Vnni => unsafe { quantize_avx512(x, block, q, d, sums) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Isa::Avx2 => unsafe { quantize_avx2(x, block, q, d, sums) },
+        Isa::AvxVnni | Isa::Avx2 => unsafe { quantize_avx2(x, block, q, d, sums) },
         _ => quantize_into(x, block, q, d, sums),
     }
 }

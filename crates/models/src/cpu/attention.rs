@@ -172,7 +172,7 @@ fn run_unit(unit: &Unit<'_>, scores: &mut Vec<f32>, isa: Isa) {
         Isa::Avx512Vnni if isa.supported() => unsafe { unit_avx512(unit, scores) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Isa::Avx2 if isa.supported() => unsafe { unit_avx2(unit, scores) },
+        Isa::AvxVnni | Isa::Avx2 if isa.supported() => unsafe { unit_avx2(unit, scores) },
         // SAFETY: the portable lanes need no CPU feature.
         _ => unsafe { unit_body::<Portable, QUERY_ROWS>(unit, scores) },
     }
@@ -187,7 +187,7 @@ unsafe fn unit_avx512(unit: &Unit<'_>, scores: &mut Vec<f32>) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unit_avx2(unit: &Unit<'_>, scores: &mut Vec<f32>) {
-    unit_body::<super::lanes::avx2::Avx2, QUERY_ROWS_AVX2>(unit, scores)
+    unit_body::<super::lanes::avx2::Avx2<false>, QUERY_ROWS_AVX2>(unit, scores)
 }
 
 /// # Safety

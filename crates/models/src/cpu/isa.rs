@@ -5,14 +5,16 @@ use super::format::WeightFormat;
 use super::lanes::portable::Portable;
 use super::tile::{run_rows, Prefetch, MAX_ROWS};
 
-/// The environment variable that forces a kernel set (`avx512`, `avx2` or `portable`); a
-/// set the CPU lacks falls back to the best one it has.
+/// The environment variable that forces a kernel set (`avx512`, `avx-vnni`, `avx2` or
+/// `portable`); a set the CPU lacks falls back to the best one it has.
 pub const KERNELS_ENV: &str = "SPECD_CPU_KERNELS";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// AVX-512 F/BW/VL with VNNI, FMA and F16C.
     Avx512Vnni,
+    /// AVX2 with AVX-VNNI (256-bit VNNI), FMA and F16C: Intel client cores without AVX-512.
+    AvxVnni,
     /// AVX2 with FMA and F16C.
     Avx2,
     /// Plain Rust, on every CPU.
@@ -23,6 +25,7 @@ impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Self::Avx512Vnni => "avx512-vnni",
+            Self::AvxVnni => "avx-vnni",
             Self::Avx2 => "avx2",
             Self::Portable => "portable",
         }
@@ -33,6 +36,8 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Self::Avx512Vnni => super::lanes::avx512::supported(),
             #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => super::lanes::avx2::vnni_supported(),
+            #[cfg(target_arch = "x86_64")]
             Self::Avx2 => super::lanes::avx2::supported(),
             Self::Portable => true,
             #[allow(unreachable_patterns)]
@@ -42,7 +47,7 @@ impl Isa {
 
     /// Every kernel set this CPU can run, best first.
     pub fn available() -> Vec<Isa> {
-        [Self::Avx512Vnni, Self::Avx2, Self::Portable]
+        [Self::Avx512Vnni, Self::AvxVnni, Self::Avx2, Self::Portable]
             .into_iter()
             .filter(|i| i.supported())
             .collect()
@@ -56,6 +61,7 @@ impl Isa {
         };
         let named = match wanted.trim() {
             "avx512" | "avx512-vnni" => Some(Self::Avx512Vnni),
+            "avx-vnni" | "avxvnni" => Some(Self::AvxVnni),
             "avx2" => Some(Self::Avx2),
             "portable" => Some(Self::Portable),
             _ => None,
@@ -103,6 +109,8 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Self::Avx512Vnni => swiglu_avx512(tiles, rows, out, prefetch, together),
             #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => swiglu_avx_vnni(tiles, rows, out, prefetch, together),
+            #[cfg(target_arch = "x86_64")]
             Self::Avx2 => swiglu_avx2(tiles, rows, out, prefetch, together),
             _ => swiglu::<Portable>(tiles, rows, out, prefetch, together),
         }
@@ -127,6 +135,8 @@ impl Isa {
         match self {
             #[cfg(target_arch = "x86_64")]
             Self::Avx512Vnni => tile_avx512(format, tiles, blocks, rows, out, prefetch),
+            #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => tile_avx_vnni(format, tiles, blocks, rows, out, prefetch),
             #[cfg(target_arch = "x86_64")]
             Self::Avx2 => tile_avx2(format, tiles, blocks, rows, out, prefetch),
             _ => run_rows::<Portable>(format, tiles, blocks, rows, out, prefetch),
@@ -157,7 +167,20 @@ unsafe fn tile_avx2(
     out: &mut [[[f32; 16]; MAX_ROWS]],
     prefetch: Prefetch,
 ) {
-    run_rows::<super::lanes::avx2::Avx2>(format, tiles, blocks, rows, out, prefetch)
+    run_rows::<super::lanes::avx2::Avx2<false>>(format, tiles, blocks, rows, out, prefetch)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn tile_avx_vnni(
+    format: WeightFormat,
+    tiles: &[*const u8],
+    blocks: usize,
+    rows: &[ActRow],
+    out: &mut [[[f32; 16]; MAX_ROWS]],
+    prefetch: Prefetch,
+) {
+    run_rows::<super::lanes::avx2::Avx2<true>>(format, tiles, blocks, rows, out, prefetch)
 }
 
 /// Gate and up tiles (side by side if `together` and they match), then `silu(gate) * up`.
@@ -220,5 +243,17 @@ unsafe fn swiglu_avx2(
     prefetch: Prefetch,
     together: bool,
 ) {
-    swiglu::<super::lanes::avx2::Avx2>(tiles, rows, out, prefetch, together)
+    swiglu::<super::lanes::avx2::Avx2<false>>(tiles, rows, out, prefetch, together)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn swiglu_avx_vnni(
+    tiles: [(WeightFormat, *const u8, usize); 2],
+    rows: &[ActRow],
+    out: &mut [[f32; 16]; MAX_ROWS],
+    prefetch: Prefetch,
+    together: bool,
+) {
+    swiglu::<super::lanes::avx2::Avx2<true>>(tiles, rows, out, prefetch, together)
 }

@@ -47,7 +47,7 @@ pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
         // SAFETY: `isa` is only ever a supported set (see `Isa::detect`).
         Isa::Avx512Vnni if isa.supported() => unsafe { run_avx512(f) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 if isa.supported() => unsafe { run_avx2(f) },
+        Isa::AvxVnni | Isa::Avx2 if isa.supported() => unsafe { run_avx2(f) },
         _ => f(),
     }
 }

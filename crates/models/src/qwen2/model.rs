@@ -40,7 +40,7 @@ pub struct LoadOptions {
 /// What the CPU engine runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineInfo {
-    /// The kernel set (`avx512-vnni`, `avx2`, `portable`).
+    /// The kernel set (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`).
     pub kernels: &'static str,
     pub threads: usize,
     /// Weight bytes one decode step streams.
