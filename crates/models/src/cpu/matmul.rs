@@ -266,56 +266,51 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
     }
     let parts = &parts[..tasks.len()];
     let next = AtomicUsize::new(0);
-    let elapsed = pool.run(&|worker| {
-        // The kernels' 16-column results, written before they are read: set up once per
-        // worker and region rather than once per tile.
-        let mut buf = [[[0f32; 16]; MAX_ROWS]; 2];
-        loop {
-            // Guided: runs of up to 64 tiles (long streams of weight lines), then each
-            // worker's share of what is left, so that the workers finish together. On a 2-core
-            // Zen 5 this made a 0.5B decode step 2-5% faster than a fixed 1/16 of the tiles.
-            let mut first = next.load(Ordering::Relaxed);
-            let end = loop {
-                if first >= total {
-                    break None;
+    let elapsed = pool.run(&|worker| loop {
+        // Guided: runs of up to 64 tiles (long streams of weight lines), then each
+        // worker's share of what is left, so that the workers finish together. On a 2-core
+        // Zen 5 this made a 0.5B decode step 2-5% faster than a fixed 1/16 of the tiles.
+        let mut first = next.load(Ordering::Relaxed);
+        let end = loop {
+            if first >= total {
+                break None;
+            }
+            let end = (first + ((total - first) / threads).clamp(1, 64)).min(total);
+            match next.compare_exchange_weak(first, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break Some(end),
+                Err(now) => first = now,
+            }
+        };
+        let Some(end) = end else { break };
+        for part in parts.iter().flatten() {
+            let tiles = part.start..part.start + part.tiles;
+            let (from, to) = (first.max(tiles.start), end.min(tiles.end));
+            if from >= to {
+                continue;
+            }
+            let (from, to) = (from - part.start, to - part.start);
+            let mut argmax = part.argmax.as_ref().map(|slots| {
+                // SAFETY: slot `worker` belongs to this worker alone.
+                unsafe { &mut *slots.0[worker].get() }
+            });
+            // A lone worker keeps two streams of weight lines in flight, reading tile i of
+            // the first half beside tile i of the second (far enough apart to be fetched
+            // independently): on one core a single stream left 10-15% of the read
+            // bandwidth unused on a Xeon, and 2-9% for most formats on a Zen 5. With two
+            // or more workers a single stream each was 2-13% faster per format (2-core
+            // Zen 5): more streams contend for the memory. A SwiGLU tile reads gate and
+            // up (see `run_tiles`).
+            if part.up.is_none() && !part.one_stream {
+                let half = (to - from) / 2;
+                for i in from..from + half {
+                    run_tiles(part, &[i, i + half], isa, argmax.as_deref_mut());
                 }
-                let end = (first + ((total - first) / threads).clamp(1, 64)).min(total);
-                match next.compare_exchange_weak(first, end, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => break Some(end),
-                    Err(now) => first = now,
+                if (to - from) % 2 == 1 {
+                    run_tiles(part, &[to - 1], isa, argmax.as_deref_mut());
                 }
-            };
-            let Some(end) = end else { break };
-            for part in parts.iter().flatten() {
-                let tiles = part.start..part.start + part.tiles;
-                let (from, to) = (first.max(tiles.start), end.min(tiles.end));
-                if from >= to {
-                    continue;
-                }
-                let (from, to) = (from - part.start, to - part.start);
-                let mut argmax = part.argmax.as_ref().map(|slots| {
-                    // SAFETY: slot `worker` belongs to this worker alone.
-                    unsafe { &mut *slots.0[worker].get() }
-                });
-                // A lone worker keeps two streams of weight lines in flight, reading tile i of
-                // the first half beside tile i of the second (far enough apart to be fetched
-                // independently): on one core a single stream left 10-15% of the read
-                // bandwidth unused on a Xeon, and 2-9% for most formats on a Zen 5. With two
-                // or more workers a single stream each was 2-13% faster per format (2-core
-                // Zen 5): more streams contend for the memory. A SwiGLU tile reads gate and
-                // up (see `run_tiles`).
-                if part.up.is_none() && !part.one_stream {
-                    let half = (to - from) / 2;
-                    for i in from..from + half {
-                        run_tiles(part, &[i, i + half], isa, &mut buf, argmax.as_deref_mut());
-                    }
-                    if (to - from) % 2 == 1 {
-                        run_tiles(part, &[to - 1], isa, &mut buf, argmax.as_deref_mut());
-                    }
-                } else {
-                    for g in from..to {
-                        run_tiles(part, &[g], isa, &mut buf, argmax.as_deref_mut());
-                    }
+            } else {
+                for g in from..to {
+                    run_tiles(part, &[g], isa, argmax.as_deref_mut());
                 }
             }
         }
@@ -360,13 +355,7 @@ pub fn run(tasks: &mut [Task<'_>], pool: &ThreadPool, isa: Isa) {
 }
 
 /// One tile, or two read together (see [`Isa::run_tiles`]), for every input row.
-fn run_tiles(
-    part: &Part<'_>,
-    tiles: &[usize],
-    isa: Isa,
-    buf: &mut [[[f32; 16]; MAX_ROWS]; 2],
-    mut argmax: Option<&mut Vec<TopTwo>>,
-) {
+fn run_tiles(part: &Part<'_>, tiles: &[usize], isa: Isa, mut argmax: Option<&mut Vec<TopTwo>>) {
     let (matrix, input, out, bias) = (part.matrix, part.input, part.out, part.bias);
     let kind = matrix.format().activation();
     let n_out = matrix.out_features();
@@ -374,6 +363,7 @@ fn run_tiles(
         matrix.tile_ptr(tiles[0]),
         matrix.tile_ptr(tiles[tiles.len() - 1]),
     ];
+    let mut buf = [[[0f32; 16]; MAX_ROWS]; 2];
     let prefetch = part.prefetch;
     let mut r0 = 0;
     while r0 < input.rows() {
@@ -407,12 +397,12 @@ fn run_tiles(
                     &ptrs[..tiles.len()],
                     matrix.blocks(),
                     &rows[..n],
-                    buf,
+                    &mut buf,
                     prefetch,
                 )
             },
         }
-        for (&tile, buf) in tiles.iter().zip(buf.iter()) {
+        for (&tile, buf) in tiles.iter().zip(&buf) {
             let first_col = tile * TILE;
             let valid = TILE.min(part.columns - first_col);
             for (i, vals) in buf.iter().take(n).enumerate() {
