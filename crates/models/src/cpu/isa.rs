@@ -144,45 +144,6 @@ impl Isa {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
-unsafe fn tile_avx512(
-    format: WeightFormat,
-    tiles: &[*const u8],
-    blocks: usize,
-    rows: &[ActRow],
-    out: &mut [[[f32; 16]; MAX_ROWS]],
-    prefetch: Prefetch,
-) {
-    run_rows::<super::lanes::avx512::Avx512>(format, tiles, blocks, rows, out, prefetch)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_avx2(
-    format: WeightFormat,
-    tiles: &[*const u8],
-    blocks: usize,
-    rows: &[ActRow],
-    out: &mut [[[f32; 16]; MAX_ROWS]],
-    prefetch: Prefetch,
-) {
-    run_rows::<super::lanes::avx2::Avx2<false>>(format, tiles, blocks, rows, out, prefetch)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn tile_avx_vnni(
-    format: WeightFormat,
-    tiles: &[*const u8],
-    blocks: usize,
-    rows: &[ActRow],
-    out: &mut [[[f32; 16]; MAX_ROWS]],
-    prefetch: Prefetch,
-) {
-    run_rows::<super::lanes::avx2::Avx2<true>>(format, tiles, blocks, rows, out, prefetch)
-}
-
 /// Gate and up tiles (side by side if `together` and they match), then `silu(gate) * up`.
 #[inline(always)]
 unsafe fn swiglu<L: super::lanes::Lanes>(
@@ -222,38 +183,52 @@ unsafe fn swiglu<L: super::lanes::Lanes>(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")]
-unsafe fn swiglu_avx512(
-    tiles: [(WeightFormat, *const u8, usize); 2],
-    rows: &[ActRow],
-    out: &mut [[f32; 16]; MAX_ROWS],
-    prefetch: Prefetch,
-    together: bool,
-) {
-    swiglu::<super::lanes::avx512::Avx512>(tiles, rows, out, prefetch, together)
+/// A kernel set's two entry points, `$tile` ([`run_rows`]) and `$swiglu` ([`swiglu`]) over
+/// `$lanes`, compiled with `$features` (the set's one list of CPU features).
+macro_rules! kernel_entries {
+    ($tile:ident, $swiglu:ident, $features:literal, $lanes:ty) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $tile(
+            format: WeightFormat,
+            tiles: &[*const u8],
+            blocks: usize,
+            rows: &[ActRow],
+            out: &mut [[[f32; 16]; MAX_ROWS]],
+            prefetch: Prefetch,
+        ) {
+            run_rows::<$lanes>(format, tiles, blocks, rows, out, prefetch)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $swiglu(
+            tiles: [(WeightFormat, *const u8, usize); 2],
+            rows: &[ActRow],
+            out: &mut [[f32; 16]; MAX_ROWS],
+            prefetch: Prefetch,
+            together: bool,
+        ) {
+            swiglu::<$lanes>(tiles, rows, out, prefetch, together)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn swiglu_avx2(
-    tiles: [(WeightFormat, *const u8, usize); 2],
-    rows: &[ActRow],
-    out: &mut [[f32; 16]; MAX_ROWS],
-    prefetch: Prefetch,
-    together: bool,
-) {
-    swiglu::<super::lanes::avx2::Avx2<false>>(tiles, rows, out, prefetch, together)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn swiglu_avx_vnni(
-    tiles: [(WeightFormat, *const u8, usize); 2],
-    rows: &[ActRow],
-    out: &mut [[f32; 16]; MAX_ROWS],
-    prefetch: Prefetch,
-    together: bool,
-) {
-    swiglu::<super::lanes::avx2::Avx2<true>>(tiles, rows, out, prefetch, together)
-}
+kernel_entries!(
+    tile_avx512,
+    swiglu_avx512,
+    "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c",
+    super::lanes::avx512::Avx512
+);
+kernel_entries!(
+    tile_avx_vnni,
+    swiglu_avx_vnni,
+    "avx2,fma,f16c,avxvnni",
+    super::lanes::avx2::Avx2<true>
+);
+kernel_entries!(
+    tile_avx2,
+    swiglu_avx2,
+    "avx2,fma,f16c",
+    super::lanes::avx2::Avx2<false>
+);
