@@ -212,5 +212,6 @@ pub(super) fn greedy_request(
             stop_strings: Vec::new(),
         },
         block_size,
+        cache_scope: Default::default(),
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn greedy_request(
             seed: Some(0),
         }),
         speculative: Some(speculative),
+        cache_salt: String::new(),
     }
 }
 

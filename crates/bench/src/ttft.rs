@@ -174,6 +174,7 @@ async fn measure_embedded<T: TargetModel>(
                 } else {
                     BlockSizeConfig::PLAIN
                 },
+                cache_scope: Default::default(),
             };
             let time = if spec {
                 first_token(verifier, Some(drafter), request).await?

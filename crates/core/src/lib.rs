@@ -22,6 +22,7 @@ pub mod metric_names;
 pub mod ngram;
 #[cfg(test)]
 mod poll_once;
+pub mod prefix_cache;
 pub mod round_loop;
 pub mod sampling;
 pub mod stats;
@@ -40,6 +41,7 @@ pub use finish::FinishReason;
 pub use hybrid::HybridDrafter;
 pub use ids::{SeqId, SessionId};
 pub use ngram::{NgramConfig, NgramDrafter};
+pub use prefix_cache::{CacheScope, PrefixCache, PrefixRule};
 pub use round_loop::{
     Event, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop, RoundLoopError,
     TokenDelta,

@@ -23,6 +23,8 @@ pub struct SpecStats {
     pub speculation_off_rounds: u64,
     /// Times the cost-aware block size switched speculation off or back on.
     pub speculation_switches: u64,
+    /// Prompt tokens whose K/V the verifier took from its prefix cache.
+    pub cached_prompt_tokens: u64,
 }
 
 impl SpecStats {

@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use crate::ids::SeqId;
+use crate::prefix_cache::CacheScope;
 use crate::sampling::SamplingParams;
 
 /// Prefill a new sequence and sample its first token.
@@ -16,6 +17,8 @@ pub struct PrefillRequest {
     pub sampling: SamplingParams,
     /// Whether a drafter will need the prefill carry.
     pub want_carry: bool,
+    /// Which cached prefixes the sequence may start from (and leaves its own K/V to).
+    pub cache_scope: CacheScope,
 }
 
 /// Result of a prefill.
@@ -27,6 +30,8 @@ pub struct Prefilled<C> {
     /// What the drafter needs to open its session (for an MTP drafter: the last prompt hidden
     /// and the shared K/V snapshot). Must be `Some` when asked for.
     pub carry: Option<C>,
+    /// Prompt tokens whose K/V came from the prefix cache instead of the prefill.
+    pub cached_tokens: usize,
 }
 
 /// Verify one block and roll back what was not accepted, in one call.

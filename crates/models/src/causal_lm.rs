@@ -25,6 +25,19 @@ pub struct SeqBlock<'a, C> {
     pub tokens: &'a [u32],
 }
 
+/// Which prefix of one of a family's caches a new sequence may start from, so that it
+/// computes, bit for bit, what a cold prefill of its prompt would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixReuse {
+    /// Caches cannot seed other sequences.
+    Never,
+    /// Every position is computed the same whatever the rows beside it (any prefill
+    /// chunking, verify block or decoding step), so any prefix is reusable.
+    AnyLength,
+    /// Only positions computed by the same whole prefill chunks of a prompt are the same.
+    PrefillChunks,
+}
+
 /// A hidden state's greedy token and its runner-up (none when only one id is allowed),
 /// each with its logit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,6 +104,21 @@ pub trait CausalLm: Send + Sync + 'static {
         _len: usize,
     ) -> Result<bool> {
         Ok(false)
+    }
+    /// Which prefixes of this model's caches may seed new sequences.
+    fn prefix_reuse(&self) -> PrefixReuse {
+        PrefixReuse::Never
+    }
+    /// A new cache holding the first `len` positions of `source` exactly as a cold prefill
+    /// of them leaves a cache (able to roll back `max_rollback` positions); `None` where the
+    /// family cannot make one (positions no longer held, caches on a device).
+    fn cache_prefix(
+        &self,
+        _source: &Self::Cache,
+        _len: usize,
+        _max_rollback: usize,
+    ) -> Result<Option<Self::Cache>> {
+        Ok(None)
     }
     /// K/V of positions `from..to` for a drafter, where the family exports it.
     fn shared_kv(

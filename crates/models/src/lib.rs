@@ -15,6 +15,6 @@ pub mod projection;
 pub mod qwen2;
 pub mod source;
 
-pub use causal_lm::{CausalLm, OutputRows, SeqBlock, TopTwo};
+pub use causal_lm::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};
 pub use source::ModelSource;

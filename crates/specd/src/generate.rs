@@ -391,6 +391,7 @@ fn generate_with<T: TargetModel>(
             stop_strings: args.stop.clone(),
         },
         block_size,
+        cache_scope: Default::default(),
     };
     let mut sink = PrintSink {
         stream: !args.json,

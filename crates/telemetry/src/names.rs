@@ -76,6 +76,22 @@ pub(crate) const HELP: &[(&str, &str)] = &[
         "Rounds that asked for the drafter's pre-draft, by whether it matched (outcome).",
     ),
     (
+        PREFIX_CACHE_HIT_TOKENS,
+        "Prompt tokens whose K/V came from the prefix cache, by service.",
+    ),
+    (
+        PREFIX_CACHE_LOOKUPS,
+        "New sequences (verifier) or sessions (drafter) that looked up the prefix cache.",
+    ),
+    (
+        PREFIX_CACHE_BYTES,
+        "Bytes of K/V the prefix cache holds, by service.",
+    ),
+    (
+        PREFIX_CACHE_EVICTIONS,
+        "Cached prefixes evicted to stay within their bound or the K/V budget, by service.",
+    ),
+    (
         VERIFIER_MIGRATIONS,
         "Requests moved to another verifier replica after theirs failed.",
     ),

@@ -68,6 +68,19 @@ pub fn kv_bytes(bytes: usize) {
     metrics::gauge!(names::KV_BYTES).set(bytes as f64);
 }
 
+/// The running totals of `service`'s (`verifier` or `drafter`) prefix cache.
+pub fn prefix_cache(
+    service: &'static str,
+    bytes: usize,
+    totals: specd_core::prefix_cache::PrefixCacheTotals,
+) {
+    let label = ("service", service);
+    metrics::gauge!(names::PREFIX_CACHE_BYTES, &[label]).set(bytes as f64);
+    metrics::counter!(names::PREFIX_CACHE_HIT_TOKENS, &[label]).absolute(totals.hit_tokens);
+    metrics::counter!(names::PREFIX_CACHE_LOOKUPS, &[label]).absolute(totals.lookups);
+    metrics::counter!(names::PREFIX_CACHE_EVICTIONS, &[label]).absolute(totals.evictions);
+}
+
 pub fn drafter_sessions(count: usize) {
     metrics::gauge!(names::DRAFTER_SESSIONS).set(count as f64);
 }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::cache_scope::PrefixCacheScope;
+
 use specd_wire::limits::MessageLimits;
 use specd_wire::serving::ServeOptions;
 use specd_wire::tls::ClientTls;
@@ -43,6 +45,8 @@ pub struct RouterConfig {
     pub serving: ServeOptions,
     /// TLS towards the verifiers and drafters; `None`: plaintext.
     pub upstream_tls: Option<ClientTls>,
+    /// Which requests share cached prompt prefixes.
+    pub prefix_cache_scope: PrefixCacheScope,
 }
 
 impl Default for RouterConfig {
@@ -61,6 +65,7 @@ impl Default for RouterConfig {
             api_keys: None,
             serving: ServeOptions::default(),
             upstream_tls: None,
+            prefix_cache_scope: PrefixCacheScope::Key,
         }
     }
 }

@@ -12,6 +12,7 @@
 
 mod admission;
 pub mod auth;
+pub mod cache_scope;
 pub mod carry;
 mod client_telemetry;
 pub mod config;
@@ -38,6 +39,7 @@ pub mod validate;
 pub mod verifiers;
 
 pub use auth::ApiKeys;
+pub use cache_scope::PrefixCacheScope;
 pub use config::{RouterConfig, TargetLimits};
 pub use drafters::{DraftSource, DrafterDns};
 pub use http::serve_http;

@@ -76,6 +76,8 @@ struct History {
     prompt_len: usize,
     sampling: Option<specd_wire::Sampling>,
     with_mtp_state: bool,
+    /// The request's prefix-cache scope, which a replica it moves to keeps.
+    cache_scope: String,
 }
 
 /// One request's sequence on a verifier replica, as core's [`Verifier`]. The round loop runs
@@ -98,6 +100,7 @@ pub struct RemoteSequence {
 struct PrefillOutcome {
     seq_id: String,
     first_token: u32,
+    cached_tokens: u32,
     committed_len: u32,
     carry: WireCarry,
 }
@@ -249,6 +252,7 @@ impl RemoteSequence {
                     .saturating_add(1),
                 with_mtp_state: history.with_mtp_state,
                 max_chunk_bytes: self.options.max_chunk_bytes,
+                cache_scope: history.cache_scope.clone(),
             }
         };
         // The lost replica may still hold the sequence (a dropped connection, not a crash).
@@ -379,6 +383,7 @@ async fn prefill_call(
     Ok(PrefillOutcome {
         seq_id: head.seq_id,
         first_token: head.first_token,
+        cached_tokens: head.cached_tokens,
         committed_len: head.committed_len,
         carry,
     })
@@ -443,6 +448,7 @@ impl Verifier for RemoteSequence {
             history.prompt_len = request.prompt_ids.len();
             history.sampling = Some(sampling);
             history.with_mtp_state = with_mtp_state;
+            history.cache_scope = request.cache_scope.0.clone();
         }
         let wire = WirePrefill {
             prompt_ids: request.prompt_ids,
@@ -450,12 +456,14 @@ impl Verifier for RemoteSequence {
             max_new_tokens: self.options.max_new_tokens,
             with_mtp_state,
             max_chunk_bytes: self.options.max_chunk_bytes,
+            cache_scope: request.cache_scope.0,
         };
         let outcome = self.place(wire, 0, &mut Vec::new()).await?;
         self.history().ids.push(outcome.first_token);
         Ok(Prefilled {
             first_token: outcome.first_token,
             carry: request.want_carry.then_some(outcome.carry),
+            cached_tokens: outcome.cached_tokens as usize,
         })
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specd_core::{
-    BlockSizeConfig, Drafter, EventSink, Finish, GenerationRequest, HybridDrafter, RequestControl,
-    RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
+    BlockSizeConfig, CacheScope, Drafter, EventSink, Finish, GenerationRequest, HybridDrafter,
+    RequestControl, RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
 };
 use specd_wire::drafter::DrafterKind;
 use tonic::Status;
@@ -45,6 +45,8 @@ pub(crate) struct RequestScope {
     pub migrations: Arc<AtomicU32>,
     /// Pre-draft hits and misses of the request's drafter session.
     pub predraft: Arc<PredraftCounts>,
+    /// Which cached prompt prefixes the request may reuse.
+    pub cache_scope: CacheScope,
 }
 
 impl RouterState {
@@ -138,6 +140,7 @@ impl RouterState {
                 stop_strings: plan.stop.clone(),
             },
             block_size,
+            cache_scope: scope.cache_scope.clone(),
         };
         let result = match (&self.drafters, block.is_speculative()) {
             (Drafters::Ngram(ngram), true) => {

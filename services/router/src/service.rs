@@ -15,6 +15,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::admission::Admitted;
 use crate::auth::KeyGrant;
+use crate::cache_scope::{check_salt, scope_of};
 use crate::config::{RouterConfig, TargetLimits};
 use crate::deadline::request_deadline;
 use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
@@ -146,6 +147,12 @@ impl GenerationService {
     ) -> Result<Prepared, Status> {
         let state = &self.state;
         state.config.requests.check(&request)?;
+        check_salt(&request.cache_salt)?;
+        let cache_scope = scope_of(
+            state.config.prefix_cache_scope,
+            grant.as_ref().map(|grant| grant.name.as_str()),
+            &request.cache_salt,
+        );
         // Admitted before tokenizing, so prompts waiting for the tokenizer are bounded by the
         // router's capacity; a request that fails validation gives its place back at once.
         let admitted = state.admission.admit()?;
@@ -168,6 +175,7 @@ impl GenerationService {
             facts,
             scope: RequestScope {
                 deadline,
+                cache_scope,
                 resyncs,
                 migrations,
                 predraft,

@@ -3,9 +3,10 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
+use specd_core::PrefixRule;
 use specd_models::gemma4::{Gemma4Model, SharedKv};
 use specd_models::qwen2::{LoadOptions, Qwen2Model};
-use specd_models::{CausalLm, OutputRows, SeqBlock};
+use specd_models::{CausalLm, OutputRows, PrefixReuse, SeqBlock};
 
 use crate::error::VerifierError;
 
@@ -60,6 +61,15 @@ pub trait TargetModel: Send + Sync + 'static {
         from: usize,
         to: usize,
     ) -> Result<Option<SharedKv>, VerifierError>;
+    /// Which prefixes of this target's caches a new sequence may start from.
+    fn prefix_rule(&self) -> PrefixRule;
+    /// A new cache holding the first `len` positions of `source` as a cold prefill of them
+    /// leaves one; `None` where the target cannot make it.
+    fn cache_prefix(
+        &self,
+        source: &Self::Cache,
+        len: usize,
+    ) -> Result<Option<Self::Cache>, VerifierError>;
 }
 
 /// Most tokens a verify block may roll back.
@@ -218,5 +228,21 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
         to: usize,
     ) -> Result<Option<SharedKv>, VerifierError> {
         Ok(self.model.shared_kv(cache, from, to)?)
+    }
+
+    fn prefix_rule(&self) -> PrefixRule {
+        match self.model.prefix_reuse() {
+            PrefixReuse::Never => PrefixRule::Never,
+            PrefixReuse::AnyLength => PrefixRule::AnyLength,
+            PrefixReuse::PrefillChunks => PrefixRule::PrefillChunks(self.prefill_chunk),
+        }
+    }
+
+    fn cache_prefix(
+        &self,
+        source: &M::Cache,
+        len: usize,
+    ) -> Result<Option<M::Cache>, VerifierError> {
+        Ok(self.model.cache_prefix(source, len, MAX_ROLLBACK)?)
     }
 }

@@ -25,6 +25,7 @@ pub(super) fn generate_span(prompt_tokens: usize, max_tokens: usize) -> Span {
         "generate",
         prompt_tokens = int(prompt_tokens),
         max_tokens = int(max_tokens),
+        cached_prompt_tokens = Empty,
         emitted = Empty,
         rounds = Empty,
         drafted = Empty,
@@ -68,6 +69,11 @@ pub(super) fn verified(drafter_kind: &'static str, drafted: usize, accepted: usi
             metrics::counter!(ACCEPTED_TOKENS, "position" => label).increment(1);
         }
     }
+}
+
+/// Prompt tokens the verifier took from its prefix cache instead of prefilling them.
+pub(super) fn prefilled(cached_prompt_tokens: usize) {
+    Span::current().record("cached_prompt_tokens", int(cached_prompt_tokens));
 }
 
 /// Tokens one step (prefill or round) emitted.

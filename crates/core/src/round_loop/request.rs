@@ -2,6 +2,7 @@
 
 use crate::block_size::BlockSizeConfig;
 use crate::ids::{SeqId, SessionId};
+use crate::prefix_cache::CacheScope;
 use crate::sampling::{SamplingParamError, SamplingParams};
 use crate::stop::{StopConditionError, StopConditions};
 
@@ -20,6 +21,8 @@ pub struct GenerationRequest {
     pub stop: StopConditions,
     /// Verify width; 1 disables speculation.
     pub block_size: BlockSizeConfig,
+    /// Which cached prompt prefixes the request may reuse (its tenant's).
+    pub cache_scope: CacheScope,
 }
 
 impl GenerationRequest {

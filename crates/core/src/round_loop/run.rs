@@ -205,9 +205,12 @@ where
                 prompt_ids: self.request.prompt_ids.clone(),
                 sampling: self.request.sampling,
                 want_carry: self.drafter.is_some(),
+                cache_scope: self.request.cache_scope.clone(),
             })
             .await
             .map_err(RoundLoopError::Verifier)?;
+        self.stats.cached_prompt_tokens = prefilled.cached_tokens as u64;
+        observe::prefilled(prefilled.cached_tokens);
         self.bonus = prefilled.first_token;
         // The first token goes out before the drafter session opens (a draft model prefills
         // the whole prompt to open), so speculation never delays it.

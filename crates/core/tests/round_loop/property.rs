@@ -233,6 +233,7 @@ fn generation(
         sampling,
         stop: stop.clone(),
         block_size,
+        cache_scope: Default::default(),
     }
 }
 

@@ -170,6 +170,49 @@ impl SequenceCache {
         Ok(())
     }
 
+    /// A cache of this sequence's first `len` positions holding exactly the rows a cold
+    /// prefill of them leaves (every row of a full layer; a sliding layer's last
+    /// `window - 1 + max_rollback`), as views of this cache's tensors; `None` when a
+    /// sliding layer no longer holds a row that prefill would keep.
+    pub fn prefix(&self, len: usize) -> Result<Option<Self>> {
+        if len > self.len {
+            return Ok(None);
+        }
+        let keep = (self.window.saturating_sub(1) + self.max_rollback).max(1);
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (i, slot) in self.layers.iter().enumerate() {
+            let Some(kv) = slot else {
+                layers.push(None);
+                continue;
+            };
+            let from = match self.kinds[i] {
+                LayerKind::Sliding => len.saturating_sub(keep),
+                _ => 0,
+            };
+            if kv.start > from {
+                return Ok(None);
+            }
+            layers.push((len > from).then(|| kv.range(from, len)).transpose()?);
+        }
+        Ok(Some(Self {
+            layers,
+            len,
+            ..self.clone_shape()
+        }))
+    }
+
+    /// This cache's shape with no rows.
+    fn clone_shape(&self) -> Self {
+        Self {
+            layers: vec![None; self.layers.len()],
+            kinds: self.kinds.clone(),
+            owns_kv: self.owns_kv.clone(),
+            len: 0,
+            window: self.window,
+            max_rollback: self.max_rollback,
+        }
+    }
+
     /// Whether layer `i` holds its own K/V (false for KV-shared layers).
     pub fn owns_kv(&self, i: usize) -> bool {
         self.owns_kv[i]

@@ -9,7 +9,7 @@ use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
 use super::layer::{DecoderLayer, RowRope, RowSlot};
 use super::norm::RmsNorm;
 use super::rope::Rope;
-use crate::causal_lm::{greedy_token, CausalLm, OutputRows, SeqBlock};
+use crate::causal_lm::{greedy_token, CausalLm, OutputRows, PrefixReuse, SeqBlock};
 use crate::checkpoint::Checkpoint;
 use crate::cpu::ThreadPool;
 use crate::embedding::EmbeddingTable;
@@ -492,6 +492,24 @@ impl CausalLm for Gemma4Model {
 
     fn truncate(&self, cache: &mut SequenceCache, len: usize) -> Result<()> {
         cache.truncate(len)
+    }
+
+    fn prefix_reuse(&self) -> PrefixReuse {
+        // Prefill chunks above the exact kernels' row limit run on GEMM, and attention on
+        // candle, whose bits depend on the rows computed together.
+        PrefixReuse::PrefillChunks
+    }
+
+    fn cache_prefix(
+        &self,
+        source: &SequenceCache,
+        len: usize,
+        max_rollback: usize,
+    ) -> Result<Option<SequenceCache>> {
+        if source.max_rollback() != max_rollback {
+            return Ok(None);
+        }
+        source.prefix(len)
     }
 
     fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<Option<SharedKv>> {

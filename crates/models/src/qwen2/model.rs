@@ -14,7 +14,7 @@ use super::config::Qwen2Config;
 use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
 use super::gguf::GgufFile;
-use crate::causal_lm::{top_two_with, CausalLm, OutputRows, SeqBlock, TopTwo};
+use crate::causal_lm::{top_two_with, CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 use crate::cpu::Span;
 use crate::error::ModelError;
 
@@ -457,5 +457,27 @@ impl CausalLm for Qwen2Model {
         len: usize,
     ) -> std::result::Result<bool, ModelError> {
         Ok(target.copy_prefix(source, shared, len)?)
+    }
+
+    fn prefix_reuse(&self) -> PrefixReuse {
+        // The engine computes each output element by one fixed sequence of operations
+        // whatever the rows beside it; candle's kernels do not promise that.
+        match self.runner {
+            Runner::Engine(_) => PrefixReuse::AnyLength,
+            Runner::Candle(_) => PrefixReuse::Never,
+        }
+    }
+
+    fn cache_prefix(
+        &self,
+        source: &KvCache,
+        len: usize,
+        _max_rollback: usize,
+    ) -> std::result::Result<Option<KvCache>, ModelError> {
+        if len > source.len() {
+            return Ok(None);
+        }
+        let mut cache = Qwen2Model::new_cache(self)?;
+        Ok(cache.copy_prefix(source, 0, len)?.then_some(cache))
     }
 }

@@ -10,8 +10,8 @@ use clap::{Args, ValueEnum};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
 use specd_router::{
-    serve, serve_http, ApiKeys, DraftSource, DrafterDns, GenerationService, RequestLimits,
-    RouterConfig, TargetText, VerifierDns, VerifierSource,
+    serve, serve_http, ApiKeys, DraftSource, DrafterDns, GenerationService, PrefixCacheScope,
+    RequestLimits, RouterConfig, TargetText, VerifierDns, VerifierSource,
 };
 use specd_wire::tls::ClientTls;
 
@@ -23,6 +23,22 @@ use super::LimitArgs;
 pub enum Switch {
     On,
     Off,
+}
+
+/// `--prefix-cache-scope`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScopeArg {
+    Key,
+    Global,
+}
+
+impl ScopeArg {
+    pub fn scope(self) -> PrefixCacheScope {
+        match self {
+            ScopeArg::Key => PrefixCacheScope::Key,
+            ScopeArg::Global => PrefixCacheScope::Global,
+        }
+    }
 }
 
 /// Drafting that runs inside the router.
@@ -134,6 +150,11 @@ pub struct RouterArgs {
     /// Requests one API key may run at once (0: only --max-concurrent-requests limits).
     #[arg(long, env = "SPECD_MAX_REQUESTS_PER_KEY", default_value_t = 0)]
     pub max_requests_per_key: usize,
+    /// Which requests share cached prompt prefixes on the verifiers: `key`, only requests
+    /// of one API key (all requests when the API is open); `global`, every request. A
+    /// request's `cache_salt` narrows either further.
+    #[arg(long, env = "SPECD_PREFIX_CACHE_SCOPE", value_enum, default_value_t = ScopeArg::Key)]
+    pub prefix_cache_scope: ScopeArg,
     /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
     /// bytes; a larger one ends that request's speculation.
     #[arg(long, env = "SPECD_MAX_SNAPSHOT_BYTES", default_value_t = 1 << 30)]
@@ -275,6 +296,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
             None => None,
         },
         serving: args.listener.options()?,
+        prefix_cache_scope: args.prefix_cache_scope.scope(),
         upstream_tls: ClientTls::from_files(
             args.upstream_tls_ca.as_deref(),
             args.upstream_tls_cert.as_deref(),

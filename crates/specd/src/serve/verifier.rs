@@ -36,6 +36,13 @@ pub struct VerifierArgs {
     /// K/V bytes all sequences may reserve together (worst case each).
     #[arg(long, env = "SPECD_MAX_KV_BYTES")]
     pub max_kv_bytes: Option<usize>,
+    /// Bytes of K/V kept after sequences finish (and at prompt chunk boundaries), so that
+    /// a later prompt sharing their start prefills only the rest (multi-turn chats, agent
+    /// loops, retries). Counted inside --max-kv-bytes: admission evicts cached prefixes
+    /// before it refuses a sequence. Default: half of --max-kv-bytes, or 2 GiB without it;
+    /// 0 switches the prefix cache off.
+    #[arg(long, env = "SPECD_PREFIX_CACHE_BYTES")]
+    pub prefix_cache_bytes: Option<usize>,
     /// Sequences one batched verify forward runs at most.
     #[arg(long, env = "SPECD_BATCH_MAX_ROWS", default_value_t = 16)]
     pub batch_max_rows: usize,
@@ -81,7 +88,11 @@ async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<
     .with_kv_budget(KvBudget {
         max_tokens: args.max_kv_tokens,
         max_bytes: args.max_kv_bytes,
-    });
+    })
+    .with_prefix_cache(prefix_cache_bytes(
+        args.prefix_cache_bytes,
+        args.max_kv_bytes,
+    ));
     let config = VerifierServerConfig {
         limits: args.limits.limits()?,
         idle_timeout: (args.idle_timeout_secs > 0)
@@ -97,6 +108,15 @@ async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<
     let incoming = bind(args.listen, "verifier")?;
     serve(service, incoming, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Prefix-cache bytes when none are given: a cached prefix that only evictions keep from
+/// growing into the whole K/V budget would make admission evict on every request.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 2 << 30;
+
+/// The prefix cache's bound: as given, else half the K/V budget, else the default.
+pub fn prefix_cache_bytes(given: Option<usize>, max_kv_bytes: Option<usize>) -> usize {
+    given.unwrap_or_else(|| max_kv_bytes.map_or(DEFAULT_PREFIX_CACHE_BYTES, |b| b / 2))
 }
 
 /// The checkpoint's directory name, which identifies the model in Stats.

@@ -34,6 +34,8 @@ pub struct CommonParams {
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<serde_json::Map<String, Value>>,
     pub top_logprobs: Option<u32>,
+    /// vLLM's: only requests with the same salt share cached prompt prefixes.
+    pub cache_salt: Option<String>,
     /// specd's own settings.
     pub specd: Option<SpecdParams>,
 }
@@ -343,6 +345,7 @@ fn completion(
             seed: common.seed,
         }),
         speculative: Some(speculative),
+        cache_salt: common.cache_salt.unwrap_or_default(),
     };
     Ok(Completion {
         request,

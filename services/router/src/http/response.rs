@@ -155,6 +155,7 @@ fn usage(stats: &GenerationStats) -> Value {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.completion_tokens,
         "total_tokens": u64::from(stats.prompt_tokens) + u64::from(stats.completion_tokens),
+        "prompt_tokens_details": {"cached_tokens": stats.cached_prompt_tokens},
     })
 }
 

@@ -42,6 +42,7 @@ async fn embedded(temperature: f32, seed: u64) -> Vec<u32> {
             ..StopConditions::max_tokens(MAX_TOKENS as usize)
         },
         block_size: BlockSizeConfig::PLAIN,
+        cache_scope: Default::default(),
     };
     let text = TargetText::without_tokenizer(Vec::new());
     let mut events = Vec::new();

@@ -42,6 +42,7 @@ pub(crate) enum Job {
     Verify(VerifyJob),
     Prefill(PrefillJob),
     Truncate(TruncateJob),
-    /// A sequence was released: wakes the worker to update the occupancy metrics.
-    Released,
+    /// A sequence was released: wakes the worker to update the occupancy metrics, and
+    /// leaves its K/V in the prefix cache there, once no batch holds it.
+    Released(Option<Box<dyn FnOnce() + Send>>),
 }

@@ -8,7 +8,7 @@ use super::counters::Counters;
 use super::jobs::PrefillJob;
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
-use crate::local::LocalVerifier;
+use crate::local::{LocalVerifier, SeededCache};
 use crate::target::TargetModel;
 
 type Reply = oneshot::Sender<Result<Prefilled<TargetCarry>, VerifierError>>;
@@ -18,6 +18,8 @@ pub(crate) struct PrefillTask<C> {
     cache: C,
     /// Prompt tokens already in the cache.
     done: usize,
+    /// Prompt tokens the cache started with, from the prefix cache.
+    cached: usize,
     reply: Reply,
 }
 
@@ -28,11 +30,12 @@ impl<C> PrefillTask<C> {
         local: &LocalVerifier<T>,
         job: PrefillJob,
     ) -> Option<Self> {
-        match local.target().new_cache() {
-            Ok(cache) => Some(Self {
+        match local.seeded_cache(&job.request) {
+            Ok(SeededCache { cache, cached }) => Some(Self {
                 request: job.request,
                 cache,
-                done: 0,
+                done: cached,
+                cached,
                 reply: job.reply,
             }),
             Err(e) => {
@@ -63,6 +66,10 @@ impl<C: Send + 'static> PrefillTask<C> {
         let chunk = local.target().prefill_chunk_len().max(1);
         let end = (self.done + chunk).min(prompt.len());
         let last = end == prompt.len();
+        if last {
+            local.keep_prefill_boundary(&self.request, &self.cache, self.done);
+        }
+        let prompt = &self.request.prompt_ids;
         let piece = local
             .target()
             .prefill_piece(&mut self.cache, &prompt[self.done..end], last);
@@ -78,7 +85,7 @@ impl<C: Send + 'static> PrefillTask<C> {
             }
             Err(e) => return self.fail(local, e),
         };
-        let result = local.finish_prefill(self.request, self.cache, hidden);
+        let result = local.finish_prefill(self.request, self.cache, hidden, self.cached);
         let failed = result.is_err();
         if self.reply.send(result).is_err() || failed {
             // Nobody will use or release the sequence: free it now.

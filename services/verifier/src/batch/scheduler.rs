@@ -154,9 +154,15 @@ impl<T: TargetModel> BatchVerifier<T> {
     /// Frees a sequence and returns its K/V reservation; a forward in flight finishes on its
     /// own handle first.
     pub fn release_sync(&self, seq: SeqId) -> bool {
-        let released = self.local.release_sync(seq);
+        let (released, record) = self.local.detach(seq);
         if released {
-            let _ = self.jobs.send(Job::Released);
+            // The batch that answered the sequence's last round may still hold its lock:
+            // its K/V is handed to the prefix cache on the worker, after that batch.
+            let leave_behind = record.map(|handle| {
+                let local = self.local.clone();
+                Box::new(move || local.leave_behind(handle)) as Box<dyn FnOnce() + Send>
+            });
+            let _ = self.jobs.send(Job::Released(leave_behind));
         }
         released
     }

@@ -91,7 +91,11 @@ impl<T: TargetModel> Worker<T> {
             }) => {
                 let _ = reply.send(self.local.truncate_sync(seq, committed_len));
             }
-            Job::Released => {}
+            Job::Released(leave_behind) => {
+                if let Some(leave_behind) = leave_behind {
+                    leave_behind();
+                }
+            }
         }
     }
 
@@ -99,6 +103,8 @@ impl<T: TargetModel> Worker<T> {
     fn record_occupancy(&self) {
         record::active_sequences(self.local.sequence_count());
         record::kv_bytes(self.local.kv_bytes());
+        let prefixes = self.local.prefix_cache();
+        record::prefix_cache("verifier", prefixes.held().0, prefixes.counters().totals());
     }
 
     /// Takes every job that already arrived.

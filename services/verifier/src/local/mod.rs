@@ -7,6 +7,7 @@
 
 mod interface;
 mod prefill;
+mod prefix;
 mod sequence;
 mod verify;
 
@@ -18,7 +19,7 @@ use dashmap::DashMap;
 use std::time::Instant;
 
 use specd_core::{
-    ForwardCost, PrefillRequest, Prefilled, SeqId, Verified, Verifier, VerifyRequest,
+    ForwardCost, PrefillRequest, Prefilled, PrefixCache, SeqId, Verified, Verifier, VerifyRequest,
 };
 
 use candle_core::Tensor;
@@ -44,6 +45,7 @@ impl Default for VerifierLimits {
     }
 }
 
+pub(crate) use prefix::SeededCache;
 pub use sequence::RoundAnswer;
 pub(crate) use sequence::{RoundLog, Sequence, SequenceHandle};
 
@@ -62,16 +64,32 @@ pub struct LocalVerifier<T: TargetModel> {
     sequences: SequenceTable<T::Cache>,
     limits: VerifierLimits,
     admissions: Admissions,
+    prefixes: PrefixCache<T::Cache>,
 }
 
 impl<T: TargetModel> LocalVerifier<T> {
     pub fn new(target: Arc<T>, limits: VerifierLimits) -> Self {
+        let rule = target.prefix_rule();
         Self {
             target,
             sequences: DashMap::new(),
             limits,
             admissions: Admissions::new(limits.max_sequences, KvBudget::default()),
+            prefixes: PrefixCache::new(0, rule),
         }
+    }
+
+    /// Keeps up to `max_bytes` of finished sequences' K/V (and prompt prefixes) for new
+    /// sequences to start from; 0 keeps none. Within the K/V budget: admission evicts
+    /// cached prefixes before it refuses a sequence.
+    pub fn with_prefix_cache(mut self, max_bytes: usize) -> Self {
+        self.prefixes = PrefixCache::new(max_bytes, self.target.prefix_rule());
+        self
+    }
+
+    /// The prefix cache (its bounds, contents and counters).
+    pub fn prefix_cache(&self) -> &PrefixCache<T::Cache> {
+        &self.prefixes
     }
 
     /// Admits sequences only while their worst-case K/V fits `budget`.
@@ -167,14 +185,27 @@ impl<T: TargetModel> LocalVerifier<T> {
             ));
         }
         seq.rounds.last = None;
-        self.target.truncate(&mut seq.cache, committed_len)
+        self.target.truncate(&mut seq.cache, committed_len)?;
+        seq.tokens.truncate(committed_len);
+        Ok(())
     }
 
     /// Frees a sequence and its K/V reservation; false when it was not live or admitted.
+    /// Its K/V stays behind in the prefix cache where that is on and it fits.
     pub fn release_sync(&self, seq: SeqId) -> bool {
-        let live = self.sequences.remove(&seq).is_some();
+        let (released, record) = self.detach(seq);
+        if let Some(handle) = record {
+            self.leave_behind(handle);
+        }
+        released
+    }
+
+    /// Takes a sequence out of the table and returns its reservation: whether it was live or
+    /// admitted, and its record for [`Self::leave_behind`].
+    pub(crate) fn detach(&self, seq: SeqId) -> (bool, Option<SequenceHandle<T::Cache>>) {
+        let record = self.sequences.remove(&seq).map(|(_, handle)| handle);
         let admitted = self.admissions.release(seq);
-        live || admitted
+        (record.is_some() || admitted, record)
     }
 
     /// The sequence's committed length and the shared K/V a drafter mirrors, over every

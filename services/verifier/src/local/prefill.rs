@@ -45,6 +45,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             tokens,
             bytes: self.target.kv_bytes_bound(tokens),
         };
+        self.make_room(wanted.tokens, wanted.bytes);
         self.admissions.reserve(request.seq, wanted)
     }
 
@@ -55,9 +56,11 @@ impl<T: TargetModel> LocalVerifier<T> {
         request: PrefillRequest,
         cache: T::Cache,
         hidden: Tensor,
+        cached_tokens: usize,
     ) -> Result<Prefilled<TargetCarry>, VerifierError> {
         let first_token = token_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
         let len = self.target.cache_len(&cache);
+        self.keep_prefill_boundary(&request, &cache, len);
         let carry = if request.want_carry {
             Some(TargetCarry {
                 hidden,
@@ -76,6 +79,9 @@ impl<T: TargetModel> LocalVerifier<T> {
             .map_or(0, |sliding| sliding.start);
         let entry = Sequence {
             cache,
+            tokens: request.prompt_ids.clone(),
+            prefilled: len,
+            scope: request.cache_scope.clone(),
             sampling: request.sampling,
             wants_carry: request.want_carry,
             rounds: RoundLog::new(mirror_sliding_start),
@@ -92,7 +98,11 @@ impl<T: TargetModel> LocalVerifier<T> {
                 slot.insert(Arc::new(Mutex::new(entry)));
             }
         }
-        Ok(Prefilled { first_token, carry })
+        Ok(Prefilled {
+            first_token,
+            carry,
+            cached_tokens,
+        })
     }
 
     pub fn prefill_sync(
@@ -112,14 +122,44 @@ impl<T: TargetModel> LocalVerifier<T> {
         self.admit(&request, max_new_tokens)?;
         let seq = request.seq;
         let run = || {
-            let mut cache = self.target.new_cache()?;
-            let hidden = self.target.prefill(&mut cache, &request.prompt_ids)?;
-            self.finish_prefill(request, cache, hidden)
+            let SeededCache { mut cache, cached } = self.seeded_cache(&request)?;
+            let hidden = self.prefill_rest(&request, &mut cache, cached)?;
+            self.finish_prefill(request, cache, hidden, cached)
         };
         let result = run();
         if result.is_err() {
             self.admissions.release(seq);
         }
         result
+    }
+
+    /// Prefills the prompt past the `done` tokens the cache holds, in the pieces a cold
+    /// prefill runs from there (a reused prefix ends on a piece boundary where the target's
+    /// rows depend on them); returns the last position's hidden.
+    pub(crate) fn prefill_rest(
+        &self,
+        request: &PrefillRequest,
+        cache: &mut T::Cache,
+        mut done: usize,
+    ) -> Result<Tensor, VerifierError> {
+        let prompt = &request.prompt_ids;
+        let chunk = self.target.prefill_chunk_len().max(1);
+        loop {
+            let end = (done + chunk).min(prompt.len());
+            let last = end == prompt.len();
+            if last {
+                self.keep_prefill_boundary(request, cache, done);
+            }
+            let piece = prompt
+                .get(done..end)
+                .ok_or_else(|| VerifierError::invalid("prompt_ids", "must not be empty"))?;
+            let hidden = self.target.prefill_piece(cache, piece, last)?;
+            done = end;
+            if last {
+                return hidden.ok_or_else(|| {
+                    VerifierError::invalid("prompt_ids", "the prefill returned no hidden state")
+                });
+            }
+        }
     }
 }

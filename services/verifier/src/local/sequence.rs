@@ -6,12 +6,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use specd_core::{SamplingParams, Verified};
+use specd_core::{CacheScope, SamplingParams, Verified};
 
 use crate::carry::TargetCarry;
 
 pub(crate) struct Sequence<C> {
     pub cache: C,
+    /// The tokens whose K/V the cache holds (the first `cache_len` are valid: a round
+    /// undone may leave more), so a finished sequence can seed the prefix cache.
+    pub tokens: Vec<u32>,
+    /// Leading positions computed by the prompt's prefill.
+    pub prefilled: usize,
+    /// Who may reuse the sequence's prefixes.
+    pub scope: CacheScope,
     pub sampling: SamplingParams,
     /// Rounds return carries (hidden state and shared K/V rows): set at prefill.
     pub wants_carry: bool,

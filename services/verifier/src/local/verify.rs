@@ -109,6 +109,11 @@ impl<T: TargetModel> LocalVerifier<T> {
             start_len,
             sliding_evicted: mirror_sliding_start.saturating_sub(seq.rounds.mirror_sliding_start),
         };
+        // Written from where the round started, which also drops whatever an undone round
+        // left past the cache.
+        seq.tokens.truncate(start_len);
+        seq.tokens
+            .extend_from_slice(&request.tokens[..=answer.verified.accepted]);
         seq.rounds.applied += 1;
         seq.rounds.mirror_sliding_start = mirror_sliding_start;
         seq.rounds.last = Some(answer.clone());

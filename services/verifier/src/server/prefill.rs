@@ -88,6 +88,7 @@ pub(crate) fn plan_prefill<T: TargetModel>(
             prompt_ids: request.prompt_ids,
             sampling,
             want_carry: request.with_mtp_state,
+            cache_scope: specd_core::CacheScope(request.cache_scope),
         },
     })
 }
@@ -155,6 +156,7 @@ fn prefill_messages(
         first_token: prefilled.first_token,
         committed_len,
         hidden: None,
+        cached_tokens: u32::try_from(prefilled.cached_tokens).unwrap_or(u32::MAX),
     };
     let mut messages = Vec::new();
     if let Some(carry) = carry.filter(|_| with_mtp_state) {

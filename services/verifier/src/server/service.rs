@@ -144,6 +144,8 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
         self.blocking(move |sequences| {
             let local = sequences.local();
             let target = local.target();
+            let prefixes = local.prefix_cache();
+            let totals = prefixes.counters().totals();
             Ok(VerifierStatsResponse {
                 live_sequences: saturate(local.sequence_count()),
                 kv_bytes: local.kv_bytes() as u64,
@@ -153,6 +155,15 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
                 max_block_size: saturate(MAX_ROLLBACK + 1),
                 vocab_size: saturate(target.vocab_size()),
                 model,
+                prefix_cache_bytes: prefixes.held().0 as u64,
+                prefix_cache_capacity_bytes: if prefixes.is_enabled() {
+                    prefixes.max_bytes() as u64
+                } else {
+                    0
+                },
+                prefix_cache_hit_tokens: totals.hit_tokens,
+                prefix_cache_lookups: totals.lookups,
+                prefix_cache_evictions: totals.evictions,
             })
         })
         .await

@@ -130,6 +130,7 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
             prompt_ids: spec.prompt.clone(),
             sampling: core_sampling(spec),
             want_carry: false,
+            cache_scope: Default::default(),
         })
         .unwrap();
     let mut tokens = vec![prefilled.first_token];
@@ -160,6 +161,7 @@ fn solo_run(local: &LocalVerifier<Gemma4Target>, spec: &Spec, reference: &[u32],
             prompt_ids: spec.prompt.clone(),
             sampling: core_sampling(spec),
             want_carry: false,
+            cache_scope: Default::default(),
         })
         .unwrap()
         .first_token;
@@ -226,6 +228,7 @@ fn wire_prefill(spec: &Spec) -> PrefillRequest {
         max_new_tokens: spec.max_tokens as u32,
         with_mtp_state: false,
         max_chunk_bytes: 0,
+        cache_scope: Default::default(),
     }
 }
 
@@ -410,6 +413,7 @@ fn budget_request(max_new_tokens: u32) -> PrefillRequest {
         max_new_tokens,
         with_mtp_state: false,
         max_chunk_bytes: 0,
+        cache_scope: Default::default(),
     }
 }
 
@@ -599,6 +603,7 @@ async fn round_loop_tokens<V: specd_core::Verifier>(
         sampling,
         stop: StopConditions::max_tokens(max_tokens),
         block_size: BlockSizeConfig::PLAIN,
+        cache_scope: Default::default(),
     };
     let mut events = Vec::new();
     RoundLoop::plain(verifier, &NoText)

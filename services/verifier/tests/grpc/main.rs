@@ -8,4 +8,8 @@ mod deltas;
 mod errors;
 mod lifecycle;
 mod prefill;
+mod prefix_cache;
 mod rounds;
+
+#[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
+mod qwen2_support;

@@ -79,6 +79,7 @@ async fn the_first_token_is_the_target_choice() {
                 prompt_ids: PROMPT.to_vec(),
                 sampling,
                 want_carry: false,
+                cache_scope: Default::default(),
             })
             .unwrap()
             .first_token;

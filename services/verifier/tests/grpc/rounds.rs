@@ -27,6 +27,7 @@ async fn local_plain(max_tokens: usize) -> Vec<u32> {
         sampling: SamplingParams::GREEDY,
         stop: StopConditions::max_tokens(max_tokens),
         block_size: BlockSizeConfig::PLAIN,
+        cache_scope: Default::default(),
     };
     let mut events = Vec::new();
     RoundLoop::plain(&local, &NoText)

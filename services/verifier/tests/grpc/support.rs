@@ -137,6 +137,7 @@ pub fn prefill_request(prompt: &[u32], with_mtp_state: bool) -> PrefillRequest {
         max_new_tokens: 64,
         with_mtp_state,
         max_chunk_bytes: 0,
+        cache_scope: Default::default(),
     }
 }
 

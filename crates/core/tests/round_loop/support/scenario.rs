@@ -46,6 +46,7 @@ pub fn request(
         sampling,
         stop,
         block_size,
+        cache_scope: Default::default(),
     }
 }
 

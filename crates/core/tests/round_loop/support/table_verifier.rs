@@ -98,6 +98,7 @@ impl TableVerifier {
         Ok(Prefilled {
             first_token,
             carry: request.want_carry.then_some(request.prompt_ids),
+            cached_tokens: 0,
         })
     }
 

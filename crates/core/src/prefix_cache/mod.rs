@@ -1,0 +1,273 @@
+//! A cache of token prefixes and the model state (K/V) computed for them, so that a new
+//! sequence whose prompt starts with a cached prefix prefills only the rest.
+//!
+//! The cache is model-free: it holds whatever state `C` the caller computed for a token
+//! sequence, and the caller says, through a [`PrefixRule`], how much of a cached sequence a
+//! new one may start from so that it computes exactly what a cold prefill would. Entries are
+//! looked up by the longest usable common prefix within one [`CacheScope`], bounded in bytes,
+//! and evicted least recently used first. An entry is owned by the cache alone: a sequence
+//! that reuses it gets a copy of the prefix (see [`PrefixCache::lookup_with`]), so nothing a
+//! running sequence uses is ever evicted.
+
+mod counters;
+mod rule;
+
+use std::sync::Mutex;
+
+pub use counters::{PrefixCacheCounters, PrefixCacheTotals};
+pub use rule::{CacheScope, PrefixRule};
+
+use crate::sync::lock;
+
+/// One cached token sequence and its state.
+struct Entry<C> {
+    scope: CacheScope,
+    tokens: Vec<u32>,
+    /// Leading positions computed by the prompt's prefill (the rest by decoding rounds).
+    prefilled: usize,
+    state: C,
+    bytes: usize,
+    /// Lookup tick of the last use, for least-recently-used eviction.
+    last_used: u64,
+}
+
+struct Inner<C> {
+    entries: Vec<Entry<C>>,
+    bytes: usize,
+    tokens: usize,
+    tick: u64,
+}
+
+/// What a lookup found: the state's prefix was handed to the caller's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixHit<R> {
+    /// Prompt tokens the copied state covers.
+    pub tokens: usize,
+    /// What the caller's copy returned.
+    pub copied: R,
+}
+
+/// Token prefixes and their state, bounded in bytes (see the module docs).
+pub struct PrefixCache<C> {
+    inner: Mutex<Inner<C>>,
+    max_bytes: usize,
+    rule: PrefixRule,
+    counters: PrefixCacheCounters,
+}
+
+/// Tokens `a` and `b` share from their start.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<C> PrefixCache<C> {
+    /// A cache of at most `max_bytes` (0 keeps nothing) whose reuse follows `rule`.
+    pub fn new(max_bytes: usize, rule: PrefixRule) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                entries: Vec::new(),
+                bytes: 0,
+                tokens: 0,
+                tick: 0,
+            }),
+            max_bytes,
+            rule,
+            counters: PrefixCacheCounters::default(),
+        }
+    }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    pub fn rule(&self) -> PrefixRule {
+        self.rule
+    }
+
+    /// Whether anything can ever be cached.
+    pub fn is_enabled(&self) -> bool {
+        self.max_bytes > 0 && self.rule != PrefixRule::Never
+    }
+
+    pub fn counters(&self) -> &PrefixCacheCounters {
+        &self.counters
+    }
+
+    /// Bytes and token positions held now.
+    pub fn held(&self) -> (usize, usize) {
+        let inner = lock(&self.inner);
+        (inner.bytes, inner.tokens)
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        lock(&self.inner).entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Prompt positions a new sequence may take from a state of `tokens` (the first
+    /// `prefilled` of them from a prefill), under this cache's rule.
+    pub fn usable(&self, tokens: &[u32], prefilled: usize, prompt: &[u32]) -> usize {
+        self.rule
+            .usable(common_prefix(tokens, prompt), prefilled, prompt.len())
+    }
+
+    /// Finds the entry of `scope` holding the longest usable prefix of `prompt`, longer than
+    /// `at_least`, and runs `copy(state, len)` on it under the cache's lock (so the entry
+    /// cannot be evicted meanwhile). `copy` returns `None` when it cannot take that prefix
+    /// (the lookup then counts as a miss). Every call counts as one lookup.
+    pub fn lookup_with<R>(
+        &self,
+        scope: &CacheScope,
+        prompt: &[u32],
+        at_least: usize,
+        copy: impl FnOnce(&C, usize) -> Option<R>,
+    ) -> Option<PrefixHit<R>> {
+        self.counters.lookup();
+        if !self.is_enabled() {
+            return None;
+        }
+        let mut inner = lock(&self.inner);
+        let best = inner
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| &e.scope == scope)
+            .map(|(i, e)| (i, self.usable(&e.tokens, e.prefilled, prompt)))
+            .filter(|&(_, len)| len > at_least)
+            .max_by_key(|&(i, len)| (len, std::cmp::Reverse(i)))?;
+        let (index, len) = best;
+        inner.tick += 1;
+        let tick = inner.tick;
+        let entry = &mut inner.entries[index];
+        entry.last_used = tick;
+        let copied = copy(&entry.state, len)?;
+        self.counters.hit(len);
+        Some(PrefixHit {
+            tokens: len,
+            copied,
+        })
+    }
+
+    /// Keeps `state`, the model state of `tokens` (the first `prefilled` from a prefill),
+    /// taking `bytes`, within `room` more bytes than the cache holds now (the rest of a
+    /// shared memory budget; `usize::MAX` when only the cache's own bound applies). Entries
+    /// whose every usable prefix the new one also offers are dropped; then the least
+    /// recently used go until the cache fits. Returns false, dropping `state`, when it does
+    /// not fit at all.
+    pub fn insert(
+        &self,
+        scope: CacheScope,
+        tokens: Vec<u32>,
+        prefilled: usize,
+        state: C,
+        bytes: usize,
+        room: usize,
+    ) -> bool {
+        if !self.is_enabled() || tokens.is_empty() {
+            return false;
+        }
+        let mut inner = lock(&self.inner);
+        let limit = self.max_bytes.min(inner.bytes.saturating_add(room));
+        if bytes > limit {
+            return false;
+        }
+        // An entry that is a prefix of the new one, and no more prefilled, offers nothing
+        // the new one does not.
+        let covered: Vec<usize> = inner
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.scope == scope
+                    && e.prefilled.min(e.tokens.len()) <= prefilled
+                    && e.tokens.len() <= tokens.len()
+                    && common_prefix(&e.tokens, &tokens) == e.tokens.len()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in covered.into_iter().rev() {
+            inner.remove(i);
+        }
+        while inner.bytes + bytes > limit {
+            if !self.evict_one(&mut inner) {
+                return false;
+            }
+        }
+        inner.tick += 1;
+        let tick = inner.tick;
+        inner.bytes += bytes;
+        inner.tokens += tokens.len();
+        inner.entries.push(Entry {
+            scope,
+            tokens,
+            prefilled,
+            state,
+            bytes,
+            last_used: tick,
+        });
+        true
+    }
+
+    /// Evicts least recently used entries until at least `bytes` were freed or none is
+    /// left; returns the bytes freed.
+    pub fn free_bytes(&self, bytes: usize) -> usize {
+        let mut inner = lock(&self.inner);
+        let before = inner.bytes;
+        while before - inner.bytes < bytes {
+            if !self.evict_one(&mut inner) {
+                break;
+            }
+        }
+        before - inner.bytes
+    }
+
+    /// Evicts least recently used entries until at least `tokens` positions were freed or
+    /// none is left.
+    pub fn free_tokens(&self, tokens: usize) {
+        let mut inner = lock(&self.inner);
+        let before = inner.tokens;
+        while before - inner.tokens < tokens {
+            if !self.evict_one(&mut inner) {
+                break;
+            }
+        }
+    }
+
+    /// Drops every entry.
+    pub fn clear(&self) {
+        let mut inner = lock(&self.inner);
+        while self.evict_one(&mut inner) {}
+    }
+
+    fn evict_one(&self, inner: &mut Inner<C>) -> bool {
+        let oldest = inner
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(i, _)| i);
+        match oldest {
+            Some(i) => {
+                inner.remove(i);
+                self.counters.evicted();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl<C> Inner<C> {
+    fn remove(&mut self, index: usize) {
+        let entry = self.entries.swap_remove(index);
+        self.bytes -= entry.bytes;
+        self.tokens -= entry.tokens.len();
+    }
+}
+
+#[cfg(test)]
+mod tests;
