@@ -4,6 +4,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 
 use crate::ids::SessionId;
+use crate::prefix_cache::CacheScope;
 use crate::sampling::SamplingParams;
 
 /// Open a drafter session for a freshly prefilled sequence.
@@ -18,6 +19,8 @@ pub struct OpenRequest<C> {
     pub sampling: SamplingParams,
     /// The verifier's prefill carry.
     pub carry: C,
+    /// Which cached prefixes a drafter with a prefix cache may open the session from.
+    pub cache_scope: CacheScope,
 }
 
 /// Draft the next tokens after the bonus.

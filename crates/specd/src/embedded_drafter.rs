@@ -44,12 +44,25 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         &self.engine
     }
 
+    /// Ends a session; the engine keeps what it can reuse, unless a draft of the session
+    /// still runs.
+    fn close_now(&self, session: SessionId) {
+        let Some((_, entry)) = self.sessions.remove(&session) else {
+            return;
+        };
+        if let Ok(entry) = Arc::try_unwrap(entry) {
+            self.engine
+                .close(entry.into_inner().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
     fn open_now(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
         let (source, first) = self.engine.open_from(&request)?;
         let mut session = self.engine.open(OpenSession {
             sampling: request.sampling,
             committed_len: request.carry.committed_len,
             source,
+            cache_scope: request.cache_scope.clone(),
         })?;
         for carry in first {
             self.engine.apply(&mut session, carry)?;
@@ -107,11 +120,11 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
     }
 
     async fn close(&self, session: SessionId) -> Result<(), EngineError> {
-        self.sessions.remove(&session);
+        self.close_now(session);
         Ok(())
     }
 
     fn close_detached(&self, session: SessionId) {
-        self.sessions.remove(&session);
+        self.close_now(session);
     }
 }

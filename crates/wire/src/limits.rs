@@ -122,3 +122,19 @@ macro_rules! limits_for_clients {
 
 limits_for_servers!(GenerationServer, VerifierServer, DrafterServer);
 limits_for_clients!(GenerationClient, VerifierClient, DrafterClient);
+
+/// Longest prefix-cache scope a verifier or drafter accepts, in bytes (a router sends a
+/// 64-digit hash).
+pub const MAX_CACHE_SCOPE_BYTES: usize = 256;
+
+/// INVALID_ARGUMENT naming `field` when a prefix-cache scope is longer than
+/// [`MAX_CACHE_SCOPE_BYTES`].
+pub fn check_cache_scope(field: &str, scope: &str) -> Result<(), tonic::Status> {
+    if scope.len() > MAX_CACHE_SCOPE_BYTES {
+        return Err(tonic::Status::invalid_argument(format!(
+            "{field}: {} bytes, at most {MAX_CACHE_SCOPE_BYTES} are allowed",
+            scope.len()
+        )));
+    }
+    Ok(())
+}

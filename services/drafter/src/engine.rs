@@ -6,7 +6,8 @@
 //! ([`crate::wire_kv`]), and the embedded mode hands the verifier's K/V over as it is.
 
 use candle_core::{Device, Tensor};
-use specd_core::SamplingParams;
+use specd_core::prefix_cache::PrefixCacheTotals;
+use specd_core::{CacheScope, SamplingParams};
 pub use specd_models::gemma4::{LayerKv, SharedKv};
 use specd_wire::drafter::DrafterKind;
 
@@ -41,6 +42,8 @@ pub struct OpenSession {
     /// Tokens in the target cache.
     pub committed_len: usize,
     pub source: SessionSource,
+    /// Which cached prefixes the session may open from and leaves its own to.
+    pub cache_scope: CacheScope,
 }
 
 /// The K/V rows one verify round committed, in the model's layout: each layer's rows
@@ -191,4 +194,20 @@ pub trait DraftEngine: Send + Sync + 'static {
     fn predraft_branch_hit(&self, _session: &Self::Session) -> bool {
         false
     }
+
+    /// Ends a session; an engine with a prefix cache keeps its state for later sessions.
+    fn close(&self, _session: Self::Session) {}
+
+    /// The engine's prefix cache, where it keeps one.
+    fn prefix_cache(&self) -> Option<PrefixCacheView> {
+        None
+    }
+}
+
+/// What a prefix cache holds and did, for Stats and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheView {
+    pub bytes: usize,
+    pub capacity_bytes: usize,
+    pub totals: PrefixCacheTotals,
 }

@@ -45,6 +45,8 @@ struct SessionState {
     /// What the session carries between rounds, by drafter kind.
     resume: SessionResume,
     sampling: Option<SamplingParams>,
+    /// The request's prefix-cache scope, which every drafter it opens on learns.
+    cache_scope: String,
     /// The last Draft asked the drafter to pre-draft this round.
     predrafting: bool,
 }
@@ -108,6 +110,7 @@ impl<'a> RemoteSession<'a> {
                 rounds: 0,
                 resume,
                 sampling: None,
+                cache_scope: String::new(),
                 predrafting: false,
             }),
             opening: Arc::default(),
@@ -147,6 +150,7 @@ impl<'a> RemoteSession<'a> {
             sampling: Some(sampling_to_wire(sampling)),
             committed_len,
             context_ids: resume.context_ids(),
+            cache_scope: self.state().cache_scope.clone(),
         };
         let mut messages = vec![WireOpen {
             body: Some(open_request::Body::Header(header)),
@@ -294,12 +298,15 @@ impl<'a> RemoteSession<'a> {
                     info!(url = lease.url(), %session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
                     specd_telemetry::record::fallback("failover");
-                    *self.state() = SessionState {
+                    let mut state = self.state();
+                    let cache_scope = std::mem::take(&mut state.cache_scope);
+                    *state = SessionState {
                         lease: Some(Arc::new(lease)),
                         session_id: Some(session_id),
                         rounds: 1,
                         resume,
                         sampling: Some(sampling),
+                        cache_scope,
                         predrafting,
                     };
                     return Ok(drafts);
@@ -369,6 +376,7 @@ impl Drafter for RemoteSession<'_> {
     async fn open(&self, request: OpenRequest<WireCarry>) -> Result<(), RemoteError> {
         let resume = self.state().resume.clone();
         let (resume, snapshot) = resume.opened(request.carry, &request.prompt_ids);
+        self.state().cache_scope = request.cache_scope.0.clone();
         let messages = self.open_messages(
             &request.sampling,
             request.prompt_ids.len(),

@@ -304,6 +304,7 @@ mod tests {
             prompt_ids: prompt.to_vec(),
             sampling: SamplingParams::GREEDY,
             carry: "prefill",
+            cache_scope: Default::default(),
         }))
     }
 

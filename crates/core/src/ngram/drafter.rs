@@ -142,6 +142,7 @@ mod tests {
             prompt_ids: prompt.to_vec(),
             sampling: SamplingParams::GREEDY,
             carry: OpaqueCarry,
+            cache_scope: Default::default(),
         }))
     }
 

@@ -262,6 +262,7 @@ where
             prompt_ids: self.request.prompt_ids.clone(),
             sampling: self.request.sampling,
             carry,
+            cache_scope: self.request.cache_scope.clone(),
         });
         Some(Opening {
             future: Box::pin(future),

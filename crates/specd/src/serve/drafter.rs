@@ -52,6 +52,11 @@ pub struct DrafterArgs {
     /// rows); 0: the whole vocabulary.
     #[arg(long, env = "SPECD_DRAFT_VOCAB", default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
     pub draft_vocab: usize,
+    /// A GGUF draft model keeps this many bytes of closed sessions' K/V, so that a session
+    /// whose context starts the same way (a conversation's next turn) prefills only the
+    /// rest; 0 switches it off. Sessions use it only within their request's scope.
+    #[arg(long, env = "SPECD_PREFIX_CACHE_BYTES", default_value_t = DEFAULT_DRAFTER_PREFIX_CACHE_BYTES)]
+    pub prefix_cache_bytes: usize,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -63,6 +68,10 @@ pub struct DrafterArgs {
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DTypeArg,
 }
+
+/// The draft model's prefix cache when none is given: about 40,000 positions of the 0.5B
+/// drafter's f32 K/V.
+pub const DEFAULT_DRAFTER_PREFIX_CACHE_BYTES: usize = 1 << 30;
 
 /// Largest Draft count a draft-model drafter serves.
 const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
@@ -83,7 +92,8 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
         }
         let engine = DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
             .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?
-            .with_draft_vocab(args.draft_vocab);
+            .with_draft_vocab(args.draft_vocab)
+            .with_prefix_cache(args.prefix_cache_bytes);
         serve_engine(engine, &args).await
     } else {
         let engine = MtpEngine::load(&args.drafter, &args.target, args.dtype.dtype(), &device)

@@ -5,12 +5,14 @@
 use std::path::Path;
 
 use candle_core::Device;
+use specd_core::{CacheScope, PrefixCache, PrefixRule};
 use specd_models::qwen2::{LoadOptions, Qwen2Model};
-use specd_models::{CausalLm, OutputRows, SeqBlock, TopTwo};
+use specd_models::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
-    DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
+    DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, PrefixCacheView,
+    SessionSource,
 };
 
 mod branches;
@@ -31,10 +33,18 @@ pub struct DraftModelEngine<M: CausalLm = Qwen2Model> {
     max_draft_tokens: usize,
     /// Drafts are the greedy token among ids below this.
     draft_vocab: usize,
+    /// Closed sessions' caches, which later sessions whose context starts the same way open
+    /// from (a conversation's next turn prefills only its new tokens).
+    prefixes: PrefixCache<M::Cache>,
 }
 
 pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     cache: C,
+    /// The target's committed tokens, in order: the first `committed_len - pending.len()`
+    /// are in the cache.
+    context: Vec<u32>,
+    /// Who may open from this session's cache once it is closed.
+    scope: CacheScope,
     /// Tokens in the target cache.
     committed_len: usize,
     /// Committed tokens not yet in the drafter's cache.
@@ -76,6 +86,15 @@ enum DraftStart {
     Branch,
 }
 
+/// Which prefixes of the draft model's caches a session may open from.
+fn prefix_rule<M: CausalLm>(model: &M) -> PrefixRule {
+    match model.prefix_reuse() {
+        PrefixReuse::Never => PrefixRule::Never,
+        PrefixReuse::AnyLength => PrefixRule::AnyLength,
+        PrefixReuse::PrefillChunks => PrefixRule::PrefillChunks(model.default_prefill_chunk()),
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
 }
@@ -100,11 +119,36 @@ impl DraftModelEngine<Qwen2Model> {
 impl<M: CausalLm> DraftModelEngine<M> {
     pub fn new(model: M, name: String, max_draft_tokens: usize) -> Self {
         let draft_vocab = DEFAULT_DRAFT_VOCAB.min(model.vocab_size());
+        let rule = prefix_rule(&model);
         Self {
             model,
             name,
             max_draft_tokens,
             draft_vocab,
+            prefixes: PrefixCache::new(0, rule),
+        }
+    }
+
+    /// Keeps up to `max_bytes` of closed sessions' caches for later sessions to open from
+    /// (0: none).
+    pub fn with_prefix_cache(mut self, max_bytes: usize) -> Self {
+        self.prefixes = PrefixCache::new(max_bytes, prefix_rule(&self.model));
+        self
+    }
+
+    /// A cache holding the longest prefix of `context` a closed session of `scope` left,
+    /// and its length; an empty cache when none is reusable.
+    fn seeded_cache(
+        &self,
+        scope: &CacheScope,
+        context: &[u32],
+    ) -> Result<(M::Cache, usize), EngineError> {
+        let hit = self.prefixes.lookup_with(scope, context, 0, |state, len| {
+            self.model.cache_prefix(state, len, 0).ok().flatten()
+        });
+        match hit {
+            Some(hit) => Ok((hit.copied, hit.tokens)),
+            None => Ok((self.model.new_cache(0).map_err(internal)?, 0)),
         }
     }
 
@@ -223,8 +267,9 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
                 format!("token id {} is not below {vocab}", tokens[i]),
             ));
         }
-        let mut cache = self.model.new_cache(0).map_err(internal)?;
-        for piece in tokens.chunks(self.model.default_prefill_chunk().max(1)) {
+        let (mut cache, cached) = self.seeded_cache(&open.cache_scope, &tokens)?;
+        let rest = tokens.get(cached..).unwrap_or_default();
+        for piece in rest.chunks(self.model.default_prefill_chunk().max(1)) {
             let mut rows = [SeqBlock {
                 cache: &mut cache,
                 tokens: piece,
@@ -235,6 +280,8 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         }
         Ok(DraftModelSession {
             cache,
+            context: tokens,
+            scope: open.cache_scope,
             committed_len: open.committed_len,
             pending: Vec::new(),
             speculated: Vec::new(),
@@ -284,6 +331,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         let branches = std::mem::take(&mut session.branches);
         session.branched = false;
         session.committed_len += committed.len();
+        session.context.extend_from_slice(&committed);
         let mut candidate = None;
         for branch in branches {
             if as_drafted && branch.accepted + 1 == committed.len() {
@@ -448,6 +496,38 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
 
     fn predraft_branch_hit(&self, session: &Self::Session) -> bool {
         session.start == DraftStart::Branch
+    }
+
+    fn close(&self, session: Self::Session) {
+        if !self.prefixes.is_enabled() {
+            return;
+        }
+        // Past the committed tokens fed so far, the cache holds speculated ones.
+        let fed = session.committed_len - session.pending.len();
+        let DraftModelSession {
+            mut cache,
+            mut context,
+            scope,
+            ..
+        } = session;
+        if fed == 0 || context.len() < fed || self.model.cache_len(&cache) < fed {
+            return;
+        }
+        if self.model.truncate(&mut cache, fed).is_err() {
+            return;
+        }
+        context.truncate(fed);
+        let bytes = self.model.cache_bytes(&cache);
+        self.prefixes
+            .insert(scope, context, fed, cache, bytes, usize::MAX);
+    }
+
+    fn prefix_cache(&self) -> Option<PrefixCacheView> {
+        self.prefixes.is_enabled().then(|| PrefixCacheView {
+            bytes: self.prefixes.held().0,
+            capacity_bytes: self.prefixes.max_bytes(),
+            totals: self.prefixes.counters().totals(),
+        })
     }
 }
 

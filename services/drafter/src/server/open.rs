@@ -73,6 +73,8 @@ pub(crate) fn session_to_open(
 ) -> Result<OpenSession, Status> {
     let header = received.header;
     let sampling = sampling_from_wire(header.sampling.as_ref())?;
+    specd_wire::limits::check_cache_scope("header.cache_scope", &header.cache_scope)?;
+    let header_scope = header.cache_scope.clone();
     let committed_len = header.committed_len as usize;
     if committed_len == 0 {
         return Err(Status::invalid_argument(
@@ -115,6 +117,7 @@ pub(crate) fn session_to_open(
         sampling,
         committed_len,
         source,
+        cache_scope: specd_core::CacheScope(header_scope),
     })
 }
 

@@ -173,20 +173,39 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         request: Request<CloseRequest>,
     ) -> Result<Response<CloseResponse>, Status> {
         let id = WireId::parse("session_id", &request.into_inner().session_id)?;
-        let closed = self.sessions.remove(id);
-        Ok(Response::new(CloseResponse { closed }))
+        let Some(entry) = self.sessions.take(id) else {
+            return Ok(Response::new(CloseResponse { closed: false }));
+        };
+        // A draft of the session still running keeps it; otherwise the engine keeps what a
+        // later session can reuse (a draft model's cache), off the async runtime.
+        if let Ok(entry) = Arc::try_unwrap(entry) {
+            let engine = self.engine.clone();
+            tokio::task::spawn_blocking(move || {
+                let entry = entry.into_inner().unwrap_or_else(|e| e.into_inner());
+                engine.close(entry.session);
+                if let Some(view) = engine.prefix_cache() {
+                    record::prefix_cache("drafter", view.bytes, view.totals);
+                }
+            });
+        }
+        Ok(Response::new(CloseResponse { closed: true }))
     }
 
     async fn stats(
         &self,
         _request: Request<DrafterStatsRequest>,
     ) -> Result<Response<DrafterStatsResponse>, Status> {
+        let prefixes = self.engine.prefix_cache().unwrap_or_default();
         Ok(Response::new(DrafterStatsResponse {
             live_sessions: u32::try_from(self.sessions.len()).unwrap_or(u32::MAX),
             kind: self.info.kind.into(),
             max_draft_tokens: u32::try_from(self.info.max_draft_tokens).unwrap_or(u32::MAX),
             model: self.info.model.clone(),
             vocab_size: u32::try_from(self.info.vocab_size).unwrap_or(u32::MAX),
+            prefix_cache_bytes: prefixes.bytes as u64,
+            prefix_cache_capacity_bytes: prefixes.capacity_bytes as u64,
+            prefix_cache_hit_tokens: prefixes.totals.hit_tokens,
+            prefix_cache_lookups: prefixes.totals.lookups,
         }))
     }
 }

@@ -137,11 +137,16 @@ impl<S> Sessions<S> {
     }
 
     pub fn remove(&self, id: WireId) -> bool {
+        self.take(id).is_some()
+    }
+
+    /// Removes the session `id` and returns its entry.
+    pub fn take(&self, id: WireId) -> Option<SharedEntry<S>> {
         let mut held = lock(&self.held);
         if let Some(tokens) = held.by_session.remove(&id) {
             held.total -= tokens;
         }
-        let removed = self.table.remove(&id).is_some();
+        let removed = self.table.remove(&id).map(|(_, entry)| entry);
         specd_telemetry::record::drafter_sessions(self.table.len());
         removed
     }

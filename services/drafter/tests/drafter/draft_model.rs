@@ -29,6 +29,7 @@ async fn context_and_committed_tokens_track_the_length() {
         sampling: sampling(),
         committed_len: 4,
         context_ids: vec![2, 9, 4, 1],
+        cache_scope: String::new(),
     };
     let session = client
         .open(tokio_stream::iter(open_messages(header, None)))
@@ -63,6 +64,7 @@ async fn context_and_committed_tokens_track_the_length() {
         sampling: sampling(),
         committed_len: 4,
         context_ids: vec![2, 9, 4, 1],
+        cache_scope: String::new(),
     };
     let with_snapshot = open_messages(header, Some(&snapshot(4, 0)));
     let err = client

@@ -98,6 +98,7 @@ fn header(committed_len: u32) -> OpenHeader {
         sampling: sampling(),
         committed_len,
         context_ids: Vec::new(),
+        cache_scope: String::new(),
     }
 }
 

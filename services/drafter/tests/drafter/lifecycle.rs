@@ -48,6 +48,7 @@ async fn an_open_stream_cut_short_leaves_no_session() {
             sampling: sampling(),
             committed_len: 10,
             context_ids: Vec::new(),
+            cache_scope: String::new(),
         };
         let messages = open_messages(header, Some(&snapshot(10, 5)));
         // The client sends the header and a few chunks, then gives up.

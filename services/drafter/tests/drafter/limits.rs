@@ -26,6 +26,7 @@ async fn stalled_open(
         sampling: sampling(),
         committed_len: 6,
         context_ids: Vec::new(),
+        cache_scope: String::new(),
     };
     for message in open_messages(header, None) {
         sender.send(message).await.unwrap();
@@ -84,6 +85,7 @@ fn token_open(len: u32) -> Vec<OpenRequest> {
         sampling: sampling(),
         committed_len: len,
         context_ids: (0..len).map(|i| i % 200 + 2).collect(),
+        cache_scope: String::new(),
     };
     open_messages(header, None)
 }

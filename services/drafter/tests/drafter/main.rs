@@ -12,6 +12,7 @@ mod mirror;
 mod mtp_engine;
 mod mtp_rounds;
 mod predraft;
+mod prefix_cache;
 
 #[path = "../random_engine/mod.rs"]
 mod random_engine;

@@ -116,6 +116,7 @@ async fn served_drafts_equal_direct_assistant_drafts() {
         sampling: None,
         committed_len: len as u32,
         context_ids: Vec::new(),
+        cache_scope: String::new(),
     };
     let session = client
         .open(tokio_stream::iter(open_messages(header, Some(&snapshot))))

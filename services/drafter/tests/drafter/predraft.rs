@@ -83,6 +83,7 @@ fn run_rounds(branches: usize, rounds: usize) -> Tally {
         sampling: SamplingParams::default(),
         committed_len: context.len(),
         source: SessionSource::Context(context.clone()),
+        cache_scope: Default::default(),
     };
     let (mut a, mut b) = (plain.open(open()).unwrap(), pre.open(open()).unwrap());
     let vocab = 256u32;

@@ -142,6 +142,7 @@ pub async fn open_mtp(client: &mut DrafterClient<Channel>, len: usize) -> Result
         sampling: sampling(),
         committed_len: len as u32,
         context_ids: Vec::new(),
+        cache_scope: String::new(),
     };
     let messages = open_messages(header, Some(&snapshot));
     Ok(client

@@ -59,6 +59,7 @@ pub(crate) fn plan_prefill<T: TargetModel>(
         )));
     }
     let sampling = sampling_from_wire(request.sampling.as_ref())?;
+    specd_wire::limits::check_cache_scope("cache_scope", &request.cache_scope)?;
     let context = target.max_context();
     if prompt.len() >= context {
         return Err(Status::out_of_range(format!(
