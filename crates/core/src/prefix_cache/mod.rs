@@ -19,6 +19,9 @@ pub use rule::{CacheScope, PrefixRule};
 
 use crate::sync::lock;
 
+/// Entries a lookup tries to copy from, longest usable prefix first, before it gives up.
+pub const COPY_ATTEMPTS: usize = 8;
+
 /// One cached token sequence and its state.
 struct Entry<C> {
     scope: CacheScope,
@@ -118,38 +121,43 @@ impl<C> PrefixCache<C> {
     /// Finds the entry of `scope` holding the longest usable prefix of `prompt`, longer than
     /// `at_least`, and runs `copy(state, len)` on it under the cache's lock (so the entry
     /// cannot be evicted meanwhile). `copy` returns `None` when it cannot take that prefix
-    /// (the lookup then counts as a miss). Every call counts as one lookup.
+    /// (a state that no longer holds every row the prefix needs); the next longest is tried
+    /// then, up to [`COPY_ATTEMPTS`]. Every call counts as one lookup.
     pub fn lookup_with<R>(
         &self,
         scope: &CacheScope,
         prompt: &[u32],
         at_least: usize,
-        copy: impl FnOnce(&C, usize) -> Option<R>,
+        mut copy: impl FnMut(&C, usize) -> Option<R>,
     ) -> Option<PrefixHit<R>> {
         self.counters.lookup();
         if !self.is_enabled() {
             return None;
         }
         let mut inner = lock(&self.inner);
-        let best = inner
+        let mut candidates: Vec<(usize, usize)> = inner
             .entries
             .iter()
             .enumerate()
             .filter(|(_, e)| &e.scope == scope)
             .map(|(i, e)| (i, self.usable(&e.tokens, e.prefilled, prompt)))
             .filter(|&(_, len)| len > at_least)
-            .max_by_key(|&(i, len)| (len, std::cmp::Reverse(i)))?;
-        let (index, len) = best;
-        inner.tick += 1;
-        let tick = inner.tick;
-        let entry = &mut inner.entries[index];
-        entry.last_used = tick;
-        let copied = copy(&entry.state, len)?;
-        self.counters.hit(len);
-        Some(PrefixHit {
-            tokens: len,
-            copied,
-        })
+            .collect();
+        candidates.sort_by_key(|&(i, len)| (std::cmp::Reverse(len), i));
+        for (index, len) in candidates.into_iter().take(COPY_ATTEMPTS) {
+            let Some(copied) = copy(&inner.entries[index].state, len) else {
+                continue;
+            };
+            inner.tick += 1;
+            let tick = inner.tick;
+            inner.entries[index].last_used = tick;
+            self.counters.hit(len);
+            return Some(PrefixHit {
+                tokens: len,
+                copied,
+            });
+        }
+        None
     }
 
     /// Keeps `state`, the model state of `tokens` (the first `prefilled` from a prefill),
@@ -176,7 +184,9 @@ impl<C> PrefixCache<C> {
             return false;
         }
         // An entry that is a prefix of the new one, and no more prefilled, offers nothing
-        // the new one does not.
+        // the new one does not, where any prefix of a state is reusable; otherwise (a
+        // sliding window drops rows a shorter prefix needs) only one of the same tokens.
+        let any_length = self.rule == PrefixRule::AnyLength;
         let covered: Vec<usize> = inner
             .entries
             .iter()
@@ -184,6 +194,7 @@ impl<C> PrefixCache<C> {
             .filter(|(_, e)| {
                 e.scope == scope
                     && e.prefilled.min(e.tokens.len()) <= prefilled
+                    && (e.tokens.len() == tokens.len() || any_length)
                     && e.tokens.len() <= tokens.len()
                     && common_prefix(&e.tokens, &tokens) == e.tokens.len()
             })

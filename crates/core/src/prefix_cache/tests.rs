@@ -124,3 +124,26 @@ fn a_copy_that_fails_is_a_miss_and_a_disabled_cache_keeps_nothing() {
     let never = cache(10, PrefixRule::Never);
     assert!(!never.insert(scope(""), vec![1], 1, vec![1], 1, usize::MAX));
 }
+
+#[test]
+fn a_failed_copy_falls_back_to_the_next_longest_and_windows_keep_short_entries() {
+    let c = cache(1000, PrefixRule::PrefillChunks(2));
+    c.insert(scope(""), vec![1, 2], 2, vec![1, 2], 10, usize::MAX);
+    c.insert(
+        scope(""),
+        vec![1, 2, 3, 4],
+        4,
+        vec![1, 2, 3, 4],
+        10,
+        usize::MAX,
+    );
+    // Under a rule where a longer state may not serve a shorter prefix, both stay.
+    assert_eq!(c.len(), 2);
+    let hit = c.lookup_with(&scope(""), &[1, 2, 3, 4, 5], 0, |state, len| {
+        (state.len() == 2).then_some(len)
+    });
+    assert_eq!(hit.map(|h| h.tokens), Some(2));
+    // The same tokens again replace the entry.
+    c.insert(scope(""), vec![1, 2], 2, vec![1, 2], 10, usize::MAX);
+    assert_eq!(c.len(), 2);
+}

@@ -12,6 +12,7 @@ mod lossless;
 mod openai;
 mod openai_client;
 mod overlap;
+mod prefix_cache;
 mod streaming;
 mod text;
 

@@ -95,6 +95,13 @@ pub async fn start_verifier(max_sequences: usize) -> Running {
     let target = Gemma4Target::load(&fixture("target-full"), DType::F32, &Device::Cpu).unwrap();
     let local = LocalVerifier::new(Arc::new(target), VerifierLimits { max_sequences });
     let service = VerifierService::new(Arc::new(local), VerifierServerConfig::default());
+    serve_verifier(service).await
+}
+
+/// Serves `service` on a free port of 127.0.0.1.
+pub async fn serve_verifier<T: specd_verifier::TargetModel>(
+    service: VerifierService<T>,
+) -> Running {
     let (incoming, addr) = bind();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
