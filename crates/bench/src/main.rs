@@ -270,7 +270,7 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
             let path = drafter_path(args)?;
             let embedded = Box::new(
-                embedded_draft_model::load(path, &device, vocab, DEFAULT_DRAFT_VOCAB)
+                embedded_draft_model::load(path, &device, vocab, DEFAULT_DRAFT_VOCAB, 0)
                     .with_context(|| format!("loading the drafter from {}", path.display()))?,
             );
             let split = if args.no_split {
@@ -356,6 +356,7 @@ async fn sweep_gguf(
                     &device,
                     target.vocab_size(),
                     DEFAULT_DRAFT_VOCAB,
+                    0,
                 )
                 .with_context(|| format!("loading the drafter from {}", path.display()))?;
                 // One measurement of the draft model serves both of its sweep drafters.
@@ -421,9 +422,14 @@ async fn sweep_gguf(
         (0, _) | (_, None) => None,
         (tokens, Some(path)) => {
             let long = prompts::long_prompt(&|s| text.encode_raw(s), tokens)?;
-            let dm =
-                embedded_draft_model::load(path, &device, target.vocab_size(), DEFAULT_DRAFT_VOCAB)
-                    .with_context(|| format!("loading the drafter from {}", path.display()))?;
+            let dm = embedded_draft_model::load(
+                path,
+                &device,
+                target.vocab_size(),
+                DEFAULT_DRAFT_VOCAB,
+                0,
+            )
+            .with_context(|| format!("loading the drafter from {}", path.display()))?;
             let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
             let router = if args.no_split {
                 None

@@ -10,14 +10,18 @@ use specd_verifier::TargetCarry;
 use crate::embedded_drafter::{EmbeddedDrafter, InProcessCarry};
 
 /// Loads a GGUF draft model and refuses it unless its vocabulary is the target's; it proposes
-/// ids below `draft_vocab` only (0: every id).
+/// ids below `draft_vocab` only (0: every id), and keeps `prefix_cache_bytes` of closed
+/// sessions' K/V for later ones.
 pub fn load(
     path: &Path,
     device: &Device,
     target_vocab: usize,
     draft_vocab: usize,
+    prefix_cache_bytes: usize,
 ) -> Result<EmbeddedDrafter<DraftModelEngine>, EngineError> {
-    let engine = DraftModelEngine::load(path, device, 16)?.with_draft_vocab(draft_vocab);
+    let engine = DraftModelEngine::load(path, device, 16)?
+        .with_draft_vocab(draft_vocab)
+        .with_prefix_cache(prefix_cache_bytes);
     let vocab = engine.info().vocab_size;
     if vocab != target_vocab {
         return Err(EngineError::invalid(

@@ -29,6 +29,9 @@ pub struct EmbeddedDrafter<E: DraftEngine> {
     /// Each session behind its own lock: sessions draft beside each other, and the table is
     /// held only to find one.
     sessions: DashMap<SessionId, Arc<Mutex<E::Session>>>,
+    /// The model runs on the calling task's worker thread, which tells the async runtime
+    /// first (a server's multi-threaded runtime keeps serving other tasks meanwhile).
+    in_place: bool,
 }
 
 impl<E: InProcessCarry> EmbeddedDrafter<E> {
@@ -36,6 +39,22 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         Self {
             engine,
             sessions: DashMap::new(),
+            in_place: false,
+        }
+    }
+
+    /// Runs opens and drafts through `tokio::task::block_in_place`, for a server whose
+    /// requests share a multi-threaded runtime.
+    pub fn blocking_in_place(mut self) -> Self {
+        self.in_place = true;
+        self
+    }
+
+    fn compute<R>(&self, work: impl FnOnce() -> R) -> R {
+        if self.in_place {
+            tokio::task::block_in_place(work)
+        } else {
+            work()
         }
     }
 
@@ -112,11 +131,11 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
     type Error = EngineError;
 
     async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
-        self.open_now(request)
+        self.compute(|| self.open_now(request))
     }
 
     async fn draft(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
-        self.draft_now(request)
+        self.compute(|| self.draft_now(request))
     }
 
     async fn close(&self, session: SessionId) -> Result<(), EngineError> {

@@ -252,7 +252,7 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
             bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
         }
         (Some(EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid), Some(path)) => Some(
-            embedded_draft_model::load(path, &device, vocab, args.draft_vocab)
+            embedded_draft_model::load(path, &device, vocab, args.draft_vocab, 0)
                 .with_context(|| format!("loading the drafter from {}", path.display()))?,
         ),
         _ => None,

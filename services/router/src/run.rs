@@ -16,6 +16,7 @@ use crate::carry::WireCarry;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
+use crate::in_process::{run_in_process, InProcessEngine};
 use crate::predraft::{PredraftCounts, Predrafting};
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
@@ -23,9 +24,17 @@ use crate::validate::{BlockChoice, Plan};
 use crate::verifiers::VerifierPool;
 use specd_text::TargetText;
 
+/// Where requests run.
+pub(crate) enum Backend {
+    /// Verifier replicas (and drafters, by `drafters`) over gRPC.
+    Remote(Arc<VerifierPool>),
+    /// A verifier and drafter in this process.
+    InProcess(Arc<dyn InProcessEngine>),
+}
+
 /// Everything requests share.
 pub struct RouterState {
-    pub(crate) verifiers: Arc<VerifierPool>,
+    pub(crate) backend: Backend,
     pub(crate) limits: TargetLimits,
     pub(crate) config: RouterConfig,
     pub(crate) drafters: Drafters,
@@ -51,14 +60,17 @@ pub(crate) struct RequestScope {
 
 impl RouterState {
     pub(crate) fn new(
-        verifiers: Arc<VerifierPool>,
+        backend: Backend,
         limits: TargetLimits,
         config: RouterConfig,
         drafters: Drafters,
         text: Arc<TargetText>,
     ) -> Self {
         let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
-        let drafter_parallelism = drafters.pool().map_or(0, |pool| pool.size());
+        let drafter_parallelism = match &backend {
+            Backend::InProcess(engine) => engine.drafter_parallelism(),
+            Backend::Remote(_) => drafters.pool().map_or(0, |pool| pool.size()),
+        };
         let admission = Arc::new(Admission::new(
             config.max_concurrent_requests,
             config.max_batch_tokens,
@@ -66,7 +78,7 @@ impl RouterState {
             drafter_parallelism,
         ));
         Self {
-            verifiers,
+            backend,
             limits,
             config,
             drafters,
@@ -142,9 +154,19 @@ impl RouterState {
             block_size,
             cache_scope: scope.cache_scope.clone(),
         };
+        let verifiers = match &self.backend {
+            Backend::Remote(verifiers) => verifiers,
+            Backend::InProcess(engine) => {
+                if !engine.speculates() {
+                    block = BlockSizeConfig::PLAIN;
+                }
+                return run_in_process(engine, request(block), self.text.clone(), sink, control)
+                    .await;
+            }
+        };
         let result = match (&self.drafters, block.is_speculative()) {
             (Drafters::Ngram(ngram), true) => {
-                let verifier = self.sequence(options, scope);
+                let verifier = self.sequence(verifiers, options, scope);
                 self.round_loop(&verifier, Some(&**ngram))
                     .run(request(block), sink, control)
                     .await
@@ -157,7 +179,7 @@ impl RouterState {
                         block.requested = block.requested.min(depth);
                         block.configured = block.configured.min(depth);
                         options.with_mtp_state = info.kind == DrafterKind::Mtp;
-                        let verifier = self.sequence(options, scope);
+                        let verifier = self.sequence(verifiers, options, scope);
                         let session = RemoteSession::new(
                             pool.clone(),
                             lease,
@@ -187,13 +209,14 @@ impl RouterState {
                     // With no drafter to be had, a hybrid request still has the lookup.
                     None => match &self.drafters {
                         Drafters::Hybrid { lookup, .. } => {
-                            let verifier = self.sequence(options, scope);
+                            let verifier = self.sequence(verifiers, options, scope);
                             self.round_loop(&verifier, Some(&**lookup))
                                 .run(request(block), sink, control)
                                 .await
                         }
                         _ => {
                             self.run_plain(
+                                verifiers,
                                 request(BlockSizeConfig::PLAIN),
                                 options,
                                 scope,
@@ -207,6 +230,7 @@ impl RouterState {
             }
             _ => {
                 self.run_plain(
+                    verifiers,
                     request(BlockSizeConfig::PLAIN),
                     options,
                     scope,
@@ -220,8 +244,13 @@ impl RouterState {
     }
 
     /// The request's sequence, to be placed on a verifier replica.
-    fn sequence(&self, options: SequenceOptions, scope: &RequestScope) -> RemoteSequence {
-        RemoteSequence::new(self.verifiers.clone(), options, scope.migrations.clone())
+    fn sequence(
+        &self,
+        verifiers: &Arc<VerifierPool>,
+        options: SequenceOptions,
+        scope: &RequestScope,
+    ) -> RemoteSequence {
+        RemoteSequence::new(verifiers.clone(), options, scope.migrations.clone())
     }
 
     /// A drafter for a new session; the governor learns how many drafters the pool (which
@@ -235,13 +264,14 @@ impl RouterState {
 
     async fn run_plain<S: EventSink>(
         &self,
+        verifiers: &Arc<VerifierPool>,
         request: GenerationRequest,
         options: SequenceOptions,
         scope: &RequestScope,
         sink: &mut S,
         control: &RequestControl,
     ) -> Result<Finish, RoundLoopError<RemoteError>> {
-        let verifier = self.sequence(options, scope);
+        let verifier = self.sequence(verifiers, options, scope);
         RoundLoop::plain(&verifier, &*self.text)
             .run(request, sink, control)
             .await

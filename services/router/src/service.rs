@@ -19,9 +19,10 @@ use crate::cache_scope::{check_salt, scope_of};
 use crate::config::{RouterConfig, TargetLimits};
 use crate::deadline::request_deadline;
 use crate::drafters::{DraftSource, DrafterSetupError, Drafters};
+use crate::in_process::InProcessEngine;
 use crate::predraft::PredraftCounts;
 use crate::report::RequestFacts;
-use crate::run::{RequestScope, RouterState};
+use crate::run::{Backend, RequestScope, RouterState};
 use crate::sink::{send_unless_stalled, CollectSink, StreamSink};
 use crate::upstream::Upstream;
 use crate::validate::{plan, Plan};
@@ -78,13 +79,36 @@ impl GenerationService {
         Ok(Self {
             tokenizing,
             state: Arc::new(RouterState::new(
-                pool,
+                Backend::Remote(pool),
                 limits,
                 config,
                 drafters,
                 Arc::new(text),
             )),
         })
+    }
+
+    /// A router whose requests run on `engine`, a verifier and drafter in this process.
+    pub fn in_process(
+        engine: Arc<dyn InProcessEngine>,
+        text: TargetText,
+        config: RouterConfig,
+    ) -> Self {
+        let limits = engine.limits();
+        if text.eos_token_ids().is_empty() {
+            warn!("no end-of-sequence ids known: generation stops only at max_tokens or stop");
+        }
+        let tokenizing = Arc::new(Semaphore::new(config.requests.tokenizer_threads.max(1)));
+        Self {
+            tokenizing,
+            state: Arc::new(RouterState::new(
+                Backend::InProcess(engine),
+                limits,
+                config,
+                Drafters::None,
+                Arc::new(text),
+            )),
+        }
     }
 
     pub fn config(&self) -> &RouterConfig {
@@ -274,7 +298,11 @@ impl GenerationService {
 
     /// Follows whether any verifier replica answers.
     pub fn verifier_reachable(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.state.verifiers.reachable()
+        match &self.state.backend {
+            Backend::Remote(verifiers) => verifiers.reachable(),
+            // The verifier is this process: it answers while the server does.
+            Backend::InProcess(_) => tokio::sync::watch::channel(true).1,
+        }
     }
 
     /// Whether the router is draining (refusing new requests).

@@ -1,8 +1,11 @@
 //! `specd serve verifier|drafter|router`: run one service on a socket, with gRPC health and
-//! reflection, until SIGINT or SIGTERM.
+//! reflection, until SIGINT or SIGTERM; `specd serve` with no service name runs all three
+//! in one process.
 
 mod drafter;
+mod engine;
 mod listen;
+mod one_process;
 mod router;
 mod telemetry;
 mod verifier;
@@ -14,9 +17,13 @@ use clap::{Args, Subcommand};
 use specd_wire::limits::{MessageLimits, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_SNAPSHOT_CHUNK_BYTES};
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ServeArgs {
+    /// The service to run; without one, router, verifier and drafter run in this process.
     #[command(subcommand)]
-    service: Service,
+    service: Option<Service>,
+    #[command(flatten)]
+    one_process: Box<one_process::OneProcessArgs>,
     /// Compute threads of the service's model (default: one per available core), so that
     /// services sharing a machine can each be given their cores.
     #[arg(long, global = true, env = "SPECD_THREADS")]
@@ -69,9 +76,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         match args.service {
-            Service::Verifier(args) => verifier::run(args).await,
-            Service::Drafter(args) => drafter::run(args).await,
-            Service::Router(args) => router::run(*args).await,
+            Some(Service::Verifier(args)) => verifier::run(args).await,
+            Some(Service::Drafter(args)) => drafter::run(args).await,
+            Some(Service::Router(args)) => router::run(*args).await,
+            None => one_process::run(*args.one_process).await,
         }
     })
 }

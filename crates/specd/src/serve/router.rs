@@ -56,14 +56,6 @@ pub struct RouterArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50050")]
     pub listen: SocketAddr,
-    /// Also serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
-    /// /v1/models, /health) on this address, e.g. 0.0.0.0:8000 (port 0 picks a free port).
-    #[arg(long, env = "SPECD_HTTP_LISTEN")]
-    pub http_listen: Option<SocketAddr>,
-    /// The model name HTTP clients send and /v1/models lists (default: the verifier's
-    /// model name, its checkpoint's file or directory name).
-    #[arg(long, env = "SPECD_SERVED_MODEL_NAME")]
-    pub served_model_name: Option<String>,
     /// The verifier, e.g. http://verifier:50051 (one replica; see --verifiers).
     #[arg(long, env = "SPECD_VERIFIER")]
     pub verifier: Option<String>,
@@ -113,25 +105,9 @@ pub struct RouterArgs {
     /// all-accepted pre-draft. Each holds a copy of the session's K/V on the drafter.
     #[arg(long, env = "SPECD_PREDRAFT_BRANCHES", default_value_t = 1)]
     pub predraft_branches: u32,
-    /// Block size of the adaptive policy (a drafter's trained depth).
-    #[arg(long, env = "SPECD_BLOCK_SIZE", default_value_t = 4)]
-    pub block_size: usize,
-    /// Largest block size, for requests and the adaptive policy.
-    #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
-    pub max_block_size: usize,
-    /// Tokens generated when a request leaves max_tokens unset.
-    #[arg(long, env = "SPECD_DEFAULT_MAX_TOKENS", default_value_t = 256)]
-    pub default_max_tokens: u32,
     /// Seconds to wait for the verifier to answer at startup.
     #[arg(long, env = "SPECD_CONNECT_TIMEOUT_SECS", default_value_t = 120)]
     pub connect_timeout_secs: u64,
-    /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "SPECD_MAX_CONCURRENT_REQUESTS", default_value_t = 64)]
-    pub max_concurrent_requests: usize,
-    /// Tokens all running requests verify per round together: under load each request's
-    /// block size is capped to its share (0: no cap).
-    #[arg(long, env = "SPECD_MAX_BATCH_TOKENS", default_value_t = 32)]
-    pub max_batch_tokens: usize,
     /// The CA (PEM) the verifiers' and drafters' certificates chain to: the router then
     /// calls them over TLS (https:// URLs; DNS-found members by the DNS name).
     #[arg(long, env = "SPECD_UPSTREAM_TLS_CA")]
@@ -143,6 +119,47 @@ pub struct RouterArgs {
     /// The private key (PEM) of --upstream-tls-cert.
     #[arg(long, env = "SPECD_UPSTREAM_TLS_KEY")]
     pub upstream_tls_key: Option<PathBuf>,
+    /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
+    /// bytes; a larger one ends that request's speculation.
+    #[arg(long, env = "SPECD_MAX_SNAPSHOT_BYTES", default_value_t = 1 << 30)]
+    pub max_snapshot_bytes: usize,
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
+    #[command(flatten)]
+    pub telemetry: super::TelemetryArgs,
+}
+
+/// The public API's settings, shared by the router and the one-process server.
+#[derive(Args, Debug)]
+pub struct ApiArgs {
+    /// Also serve the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health) on this address, e.g. 0.0.0.0:8000 (port 0 picks a free port).
+    #[arg(long, env = "SPECD_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// The model name HTTP clients send and /v1/models lists (default: the verifier's
+    /// model name, its checkpoint's file or directory name).
+    #[arg(long, env = "SPECD_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
+    /// Block size of the adaptive policy (a drafter's trained depth).
+    #[arg(long, env = "SPECD_BLOCK_SIZE", default_value_t = 4)]
+    pub block_size: usize,
+    /// Largest block size, for requests and the adaptive policy.
+    #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
+    pub max_block_size: usize,
+    /// Tokens generated when a request leaves max_tokens unset.
+    #[arg(long, env = "SPECD_DEFAULT_MAX_TOKENS", default_value_t = 256)]
+    pub default_max_tokens: u32,
+    /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SPECD_MAX_CONCURRENT_REQUESTS", default_value_t = 64)]
+    pub max_concurrent_requests: usize,
+    /// Tokens all running requests verify per round together: under load each request's
+    /// block size is capped to its share (0: no cap).
+    #[arg(long, env = "SPECD_MAX_BATCH_TOKENS", default_value_t = 32)]
+    pub max_batch_tokens: usize,
     /// API keys, one per line, optionally `name:key`: clients must send
     /// `authorization: Bearer KEY` (gRPC metadata or HTTP header). Health stays open.
     #[arg(long, env = "SPECD_API_KEYS_FILE")]
@@ -155,18 +172,85 @@ pub struct RouterArgs {
     /// request's `cache_salt` narrows either further.
     #[arg(long, env = "SPECD_PREFIX_CACHE_SCOPE", value_enum, default_value_t = ScopeArg::Key)]
     pub prefix_cache_scope: ScopeArg,
-    /// Largest K/V snapshot the router holds for one request (an MTP drafter's Open), in
-    /// bytes; a larger one ends that request's speculation.
-    #[arg(long, env = "SPECD_MAX_SNAPSHOT_BYTES", default_value_t = 1 << 30)]
-    pub max_snapshot_bytes: usize,
     #[command(flatten)]
     pub requests: RequestLimitArgs,
-    #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: super::TelemetryArgs,
+}
+
+impl ApiArgs {
+    /// The router's settings of these flags; `overlap` and `upstream_tls` as given.
+    pub fn config(
+        &self,
+        limits: &LimitArgs,
+        listener: &ListenerArgs,
+        overlap: bool,
+        predraft_branches: u32,
+        max_snapshot_bytes: usize,
+        upstream_tls: Option<ClientTls>,
+    ) -> Result<RouterConfig> {
+        if self.max_concurrent_requests == 0 {
+            anyhow::bail!("--max-concurrent-requests: must be at least 1");
+        }
+        Ok(RouterConfig {
+            limits: limits.limits()?,
+            default_max_tokens: self.default_max_tokens,
+            block_size: self.block_size.max(1),
+            max_block_size: self.max_block_size.max(1),
+            max_concurrent_requests: self.max_concurrent_requests,
+            max_batch_tokens: self.max_batch_tokens,
+            overlap,
+            predraft_branches,
+            requests: self.requests.limits()?,
+            max_snapshot_bytes,
+            api_keys: match &self.api_keys_file {
+                Some(path) => Some(Arc::new(ApiKeys::load(path, self.max_requests_per_key)?)),
+                None if self.max_requests_per_key > 0 => {
+                    bail!("--max-requests-per-key needs --api-keys-file")
+                }
+                None => None,
+            },
+            serving: listener.options()?,
+            prefix_cache_scope: self.prefix_cache_scope.scope(),
+            upstream_tls,
+        })
+    }
+}
+
+/// Serves the Generation API of `service` on `listen` (and the OpenAI API on the API's
+/// `--http-listen`) until SIGINT or SIGTERM; both drain their running requests.
+pub async fn serve_api(
+    service: GenerationService,
+    listen: SocketAddr,
+    api: &ApiArgs,
+) -> Result<()> {
+    let http = match api.http_listen {
+        Some(addr) => Some(bind_http(addr).await?),
+        None => None,
+    };
+    let incoming = bind(listen, "router")?;
+    // One signal stops both servers; each drains its running requests.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let when_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    let grpc = serve(service.clone(), incoming, when_stopped());
+    match http {
+        Some(listener) => {
+            let name = api.served_model_name.clone();
+            let http = serve_http(service, listener, name, when_stopped());
+            let (grpc, http) = tokio::join!(grpc, http);
+            grpc?;
+            http.context("serving HTTP")?;
+        }
+        None => grpc.await?,
+    }
+    Ok(())
 }
 
 /// What one request may ask of the router.
@@ -274,40 +358,24 @@ pub async fn run(args: RouterArgs) -> Result<()> {
             .with_context(|| format!("reading the target's text files at {}", path.display()))?,
         None => TargetText::without_tokenizer(Vec::new()),
     };
-    if args.max_concurrent_requests == 0 {
-        anyhow::bail!("--max-concurrent-requests: must be at least 1");
-    }
-    let config = RouterConfig {
-        limits: args.limits.limits()?,
-        default_max_tokens: args.default_max_tokens,
-        block_size: args.block_size.max(1),
-        max_block_size: args.max_block_size.max(1),
-        max_concurrent_requests: args.max_concurrent_requests,
-        max_batch_tokens: args.max_batch_tokens,
-        overlap: args.overlap == Switch::On,
-        predraft_branches: args.predraft_branches,
-        requests: args.requests.limits()?,
-        max_snapshot_bytes: args.max_snapshot_bytes,
-        api_keys: match &args.api_keys_file {
-            Some(path) => Some(Arc::new(ApiKeys::load(path, args.max_requests_per_key)?)),
-            None if args.max_requests_per_key > 0 => {
-                bail!("--max-requests-per-key needs --api-keys-file")
-            }
-            None => None,
-        },
-        serving: args.listener.options()?,
-        prefix_cache_scope: args.prefix_cache_scope.scope(),
-        upstream_tls: ClientTls::from_files(
-            args.upstream_tls_ca.as_deref(),
-            args.upstream_tls_cert.as_deref(),
-            args.upstream_tls_key.as_deref(),
-            [
-                "--upstream-tls-ca",
-                "--upstream-tls-cert",
-                "--upstream-tls-key",
-            ],
-        )?,
-    };
+    let upstream_tls = ClientTls::from_files(
+        args.upstream_tls_ca.as_deref(),
+        args.upstream_tls_cert.as_deref(),
+        args.upstream_tls_key.as_deref(),
+        [
+            "--upstream-tls-ca",
+            "--upstream-tls-cert",
+            "--upstream-tls-key",
+        ],
+    )?;
+    let config = args.api.config(
+        &args.limits,
+        &args.listener,
+        args.overlap == Switch::On,
+        args.predraft_branches,
+        args.max_snapshot_bytes,
+        upstream_tls,
+    )?;
     let service = GenerationService::connect(
         &verifier_source(&args)?,
         &source,
@@ -316,34 +384,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         Duration::from_secs(args.connect_timeout_secs),
     )
     .await?;
-    let http = match args.http_listen {
-        Some(addr) => Some(bind_http(addr).await?),
-        None => None,
-    };
-    let incoming = bind(args.listen, "router")?;
-    // One signal stops both servers; each drains its running requests.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let when_stopped = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }
-    };
-    let grpc = serve(service.clone(), incoming, when_stopped());
-    match http {
-        Some(listener) => {
-            let http = serve_http(service, listener, args.served_model_name, when_stopped());
-            let (grpc, http) = tokio::join!(grpc, http);
-            grpc?;
-            http.context("serving HTTP")?;
-        }
-        None => grpc.await?,
-    }
-    Ok(())
+    serve_api(service, args.listen, &args.api).await
 }
 
 #[cfg(test)]

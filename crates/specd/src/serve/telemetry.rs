@@ -38,9 +38,10 @@ impl TelemetryArgs {
 impl ServeArgs {
     fn telemetry_config(&self) -> TelemetryConfig {
         match &self.service {
-            Service::Verifier(args) => args.telemetry.config("specd-verifier"),
-            Service::Drafter(args) => args.telemetry.config("specd-drafter"),
-            Service::Router(args) => args.telemetry.config("specd-router"),
+            Some(Service::Verifier(args)) => args.telemetry.config("specd-verifier"),
+            Some(Service::Drafter(args)) => args.telemetry.config("specd-drafter"),
+            Some(Service::Router(args)) => args.telemetry.config("specd-router"),
+            None => self.one_process.telemetry.config("specd"),
         }
     }
 }

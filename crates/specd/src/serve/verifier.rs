@@ -26,6 +26,27 @@ pub struct VerifierArgs {
     /// file (end-of-sequence ids from its tokenizer).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
+    #[command(flatten)]
+    pub sequences: SequenceArgs,
+    /// Seconds after which an untouched sequence is released (0: never).
+    #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
+    pub idle_timeout_secs: u64,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
+    #[command(flatten)]
+    pub telemetry: super::TelemetryArgs,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
+}
+
+/// How the target holds and batches its sequences, shared by the verifier and the
+/// one-process server.
+#[derive(Args, Debug)]
+pub struct SequenceArgs {
     /// Live sequences at most; more are refused with RESOURCE_EXHAUSTED.
     #[arg(long, env = "SPECD_MAX_SEQUENCES", default_value_t = 256)]
     pub max_sequences: usize,
@@ -49,19 +70,33 @@ pub struct VerifierArgs {
     /// Microseconds the first waiting verify row waits for others to share its forward.
     #[arg(long, env = "SPECD_BATCH_MAX_WAIT_US", default_value_t = 1000)]
     pub batch_max_wait_us: u64,
-    /// Seconds after which an untouched sequence is released (0: never).
-    #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
-    pub idle_timeout_secs: u64,
-    #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: super::TelemetryArgs,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+}
+
+impl SequenceArgs {
+    /// The verifier of `target` with these limits and its prefix cache.
+    pub fn local<T: TargetModel>(&self, target: T) -> LocalVerifier<T> {
+        LocalVerifier::new(
+            Arc::new(target),
+            VerifierLimits {
+                max_sequences: self.max_sequences,
+            },
+        )
+        .with_kv_budget(KvBudget {
+            max_tokens: self.max_kv_tokens,
+            max_bytes: self.max_kv_bytes,
+        })
+        .with_prefix_cache(prefix_cache_bytes(
+            self.prefix_cache_bytes,
+            self.max_kv_bytes,
+        ))
+    }
+
+    pub fn batch(&self) -> BatchConfig {
+        BatchConfig {
+            max_rows: self.batch_max_rows.max(1),
+            max_wait: Duration::from_micros(self.batch_max_wait_us),
+        }
+    }
 }
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
@@ -79,29 +114,13 @@ pub async fn run(args: VerifierArgs) -> Result<()> {
 }
 
 async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<()> {
-    let local = LocalVerifier::new(
-        Arc::new(target),
-        VerifierLimits {
-            max_sequences: args.max_sequences,
-        },
-    )
-    .with_kv_budget(KvBudget {
-        max_tokens: args.max_kv_tokens,
-        max_bytes: args.max_kv_bytes,
-    })
-    .with_prefix_cache(prefix_cache_bytes(
-        args.prefix_cache_bytes,
-        args.max_kv_bytes,
-    ));
+    let local = args.sequences.local(target);
     let config = VerifierServerConfig {
         limits: args.limits.limits()?,
         idle_timeout: (args.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(args.idle_timeout_secs)),
         model_name: dir_name(&args.target),
-        batch: BatchConfig {
-            max_rows: args.batch_max_rows.max(1),
-            max_wait: Duration::from_micros(args.batch_max_wait_us),
-        },
+        batch: args.sequences.batch(),
         serving: args.listener.options()?,
     };
     let service = VerifierService::new(Arc::new(local), config);

@@ -23,3 +23,4 @@ pub use config::VerifierServerConfig;
 pub use prefill_stream::PrefillStream;
 pub use serve::{serve, ServeError};
 pub use service::VerifierService;
+pub use status::status_of;

@@ -6,7 +6,8 @@ use crate::error::VerifierError;
 
 /// The status a failed verifier call answers with. Input errors name their field; model and
 /// tensor failures are the server's own (INTERNAL).
-pub(crate) fn status_of(error: VerifierError) -> Status {
+/// The gRPC status of a verifier error.
+pub fn status_of(error: VerifierError) -> Status {
     let message = error.to_string();
     match error {
         VerifierError::UnknownSequence(_) => Status::not_found(message),

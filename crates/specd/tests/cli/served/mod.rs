@@ -66,8 +66,19 @@ impl Service {
     /// Starts `specd serve router <args>` with its HTTP API on a free port too; the HTTP
     /// address comes back beside the service.
     pub fn router_with_http(args: &[&str]) -> (Self, String) {
+        Self::with_http(&["router"], args)
+    }
+
+    /// Starts `specd serve <args>` (router, verifier and drafter in one process) with its
+    /// HTTP API on a free port too.
+    pub fn one_process(args: &[&str]) -> (Self, String) {
+        Self::with_http(&[], args)
+    }
+
+    fn with_http(service: &[&str], args: &[&str]) -> (Self, String) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
-            .args(["serve", "router"])
+            .arg("serve")
+            .args(service)
             .args(args)
             .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())

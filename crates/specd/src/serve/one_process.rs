@@ -1,0 +1,219 @@
+//! `specd serve` with no service name: the router's gRPC and OpenAI APIs over a verifier and
+//! a drafter in the same process, meeting over the in-process interfaces of embedded mode
+//! (no gRPC hop, no tensor encoding between them). The llama-server equivalent:
+//! `specd serve --target T.gguf --drafter D.gguf --http-listen 127.0.0.1:8000`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use specd_core::{Drafter, HybridDrafter, NgramDrafter};
+use specd_models::ModelSource;
+use specd_router::{GenerationService, InProcessEngine};
+use specd_text::TargetText;
+use specd_verifier::{BatchVerifier, Gemma4Target, Qwen2Target, TargetCarry, TargetModel};
+
+use super::drafter::DEFAULT_DRAFTER_PREFIX_CACHE_BYTES;
+use super::engine::LocalEngine;
+use super::listen::ListenerArgs;
+use super::router::{serve_api, ApiArgs};
+use super::verifier::{dir_name, SequenceArgs};
+use super::{LimitArgs, TelemetryArgs};
+use crate::device::{DTypeArg, DeviceArg};
+use crate::generate::{detect, EmbeddedDraft};
+use crate::{embedded_draft_model, embedded_mtp};
+
+#[derive(Args, Debug)]
+pub struct OneProcessArgs {
+    /// Target: a GGUF file (Qwen2 family, or Gemma 4) or a Gemma 4 checkpoint directory;
+    /// its tokenizer and chat template serve text prompts and chat messages.
+    #[arg(long, required = true)]
+    pub target: Option<PathBuf>,
+    /// Drafter: a GGUF draft model sharing the target's vocabulary, or a Gemma 4 assistant
+    /// (directory or `gemma4-assistant` GGUF); its kind comes from the file unless --draft
+    /// says.
+    #[arg(long)]
+    pub drafter: Option<PathBuf>,
+    /// `ngram` drafts by prompt lookup (no drafter model); `hybrid` puts prompt lookup in
+    /// front of --drafter; `mtp` and `draft-model` name --drafter's kind.
+    #[arg(long, value_enum)]
+    pub draft: Option<EmbeddedDraft>,
+    /// A GGUF draft model proposes only token ids below this (0: every id).
+    #[arg(long, default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
+    pub draft_vocab: usize,
+    /// Bytes of closed sessions' K/V a GGUF draft model keeps for later sessions (0: none).
+    #[arg(long, default_value_t = DEFAULT_DRAFTER_PREFIX_CACHE_BYTES)]
+    pub drafter_prefix_cache_bytes: usize,
+    /// Address of the gRPC API (specd.v1.Generation, health, reflection).
+    #[arg(long, default_value = "0.0.0.0:50050")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub sequences: SequenceArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: ListenerArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
+}
+
+pub async fn run(args: OneProcessArgs) -> Result<()> {
+    let Some(target) = args.target.clone() else {
+        bail!("--target: give the target model (or name a service: verifier, drafter, router)");
+    };
+    let draft = drafter_kind(&args)?;
+    let engine = match detect(&target, "target")? {
+        ModelSource::Gguf { .. } => qwen2_engine(&args, &target, draft)?,
+        ModelSource::Gemma4 { .. } => gemma4_engine(&args, &target, draft)?,
+        ModelSource::Gemma4Assistant { path } => bail!(
+            "--target {}: a Gemma 4 assistant (a drafter), not a target",
+            path.display()
+        ),
+    };
+    let text = target_text(&target);
+    let config = args
+        .api
+        .config(&args.limits, &args.listener, false, 0, 0, None)?;
+    let service = GenerationService::in_process(engine, text, config);
+    serve_api(service, args.listen, &args.api).await
+}
+
+/// `--draft`, or the kind `--drafter`'s file says.
+fn drafter_kind(args: &OneProcessArgs) -> Result<Option<EmbeddedDraft>> {
+    Ok(match (args.draft, &args.drafter) {
+        (Some(EmbeddedDraft::Ngram), Some(path)) => bail!(
+            "--draft ngram drafts without a model: drop --drafter {} or use --draft hybrid",
+            path.display()
+        ),
+        (Some(kind), _) => Some(kind),
+        (None, Some(path)) => Some(match detect(path, "drafter")? {
+            ModelSource::Gguf { .. } => EmbeddedDraft::DraftModel,
+            ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
+            ModelSource::Gemma4 { .. } => bail!(
+                "--drafter {}: a Gemma 4 target checkpoint, not a drafter",
+                path.display()
+            ),
+        }),
+        (None, None) => None,
+    })
+}
+
+/// The target's text side; a model whose tokenizer cannot be read still serves token ids.
+fn target_text(target: &Path) -> TargetText {
+    TargetText::load(target).unwrap_or_else(|error| {
+        tracing::warn!(%error, "the target's tokenizer cannot be read; only token ids work");
+        TargetText::without_tokenizer(Vec::new())
+    })
+}
+
+fn drafter_path<'a>(args: &'a OneProcessArgs, kind: EmbeddedDraft) -> Result<&'a Path> {
+    args.drafter.as_deref().with_context(|| {
+        format!("--draft {kind:?}: give the drafter with --drafter").to_lowercase()
+    })
+}
+
+fn qwen2_engine(
+    args: &OneProcessArgs,
+    path: &Path,
+    draft: Option<EmbeddedDraft>,
+) -> Result<Arc<dyn InProcessEngine>> {
+    let device = args.device.device()?;
+    let eos = crate::text::gguf_text(path)?.eos_token_ids().to_vec();
+    let target = Qwen2Target::load(path, &device, eos)
+        .with_context(|| format!("loading the target from {}", path.display()))?;
+    let vocab = target.vocab_size();
+    let load_drafter = |kind| -> Result<_> {
+        let path = drafter_path(args, kind)?;
+        let drafter = embedded_draft_model::load(
+            path,
+            &device,
+            vocab,
+            args.draft_vocab,
+            args.drafter_prefix_cache_bytes,
+        )
+        .with_context(|| format!("loading the drafter from {}", path.display()))?;
+        Ok(drafter.blocking_in_place())
+    };
+    Ok(match draft {
+        None => engine(args, path, target, None::<NgramDrafter<TargetCarry>>),
+        Some(EmbeddedDraft::Ngram) => engine(args, path, target, Some(NgramDrafter::default())),
+        Some(EmbeddedDraft::Mtp) => {
+            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
+        }
+        Some(kind @ EmbeddedDraft::DraftModel) => {
+            engine(args, path, target, Some(load_drafter(kind)?))
+        }
+        Some(kind @ EmbeddedDraft::Hybrid) => {
+            let inner = load_drafter(kind)?;
+            engine(
+                args,
+                path,
+                target,
+                Some(HybridDrafter::with_default_lookup(inner)),
+            )
+        }
+    })
+}
+
+fn gemma4_engine(
+    args: &OneProcessArgs,
+    path: &Path,
+    draft: Option<EmbeddedDraft>,
+) -> Result<Arc<dyn InProcessEngine>> {
+    let device = args.device.device()?;
+    let dtype = args.dtype.dtype();
+    let target = Gemma4Target::load(path, dtype, &device)
+        .with_context(|| format!("loading the target from {}", path.display()))?;
+    let load_drafter = |kind| -> Result<_> {
+        let drafter_path = drafter_path(args, kind)?;
+        let drafter = embedded_mtp::load(drafter_path, path, dtype, &device)
+            .with_context(|| format!("loading the drafter from {}", drafter_path.display()))?;
+        Ok(drafter.blocking_in_place())
+    };
+    Ok(match draft {
+        None => engine(args, path, target, None::<NgramDrafter<TargetCarry>>),
+        Some(EmbeddedDraft::Ngram) => engine(args, path, target, Some(NgramDrafter::default())),
+        Some(EmbeddedDraft::DraftModel) => {
+            bail!("--draft draft-model needs a GGUF target file")
+        }
+        Some(kind @ EmbeddedDraft::Mtp) => engine(args, path, target, Some(load_drafter(kind)?)),
+        Some(kind @ EmbeddedDraft::Hybrid) => {
+            let inner = load_drafter(kind)?;
+            engine(
+                args,
+                path,
+                target,
+                Some(HybridDrafter::with_default_lookup(inner)),
+            )
+        }
+    })
+}
+
+/// The target behind its batch scheduler with `drafter`.
+fn engine<T, D>(
+    args: &OneProcessArgs,
+    path: &Path,
+    target: T,
+    drafter: Option<D>,
+) -> Arc<dyn InProcessEngine>
+where
+    T: TargetModel,
+    D: Drafter<Carry = TargetCarry> + 'static,
+{
+    let local = Arc::new(args.sequences.local(target));
+    let verifier = BatchVerifier::new(local, args.sequences.batch());
+    let name = args
+        .api
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| dir_name(path));
+    Arc::new(LocalEngine::new(verifier, drafter, name))
+}
