@@ -6,7 +6,8 @@
 # Usage: tools/build_llamacpp.sh [DIR]
 #   DIR defaults to ${SPECD_LLAMACPP_DIR:-$HOME/.cache/specd/llama.cpp}.
 # Prints the directory holding the binaries (llama-bench, llama-completion,
-# llama-speculative, llama-speculative-simple, llama-lookup, llama-tokenize) on stdout. Idempotent: a finished
+# llama-speculative, llama-speculative-simple, llama-lookup, llama-tokenize, llama-server) on
+# stdout. Idempotent: a finished
 # build is reused, an interrupted one resumed, and a build that lacks a target (one made
 # before that target was added here) builds only the missing one.
 #

@@ -12,6 +12,7 @@ use specd_wire::limits::WithMessageLimits;
 use tonic::transport::Channel;
 use tracing::{debug, warn};
 
+use crate::affinity::PrefixAffinity;
 use crate::carry::WireCarry;
 use crate::discovery::{replace_discovered, resolve_periodically, Member};
 use crate::pool_member::PoolMember;
@@ -91,7 +92,13 @@ pub struct DrafterPool {
     /// Held while a pick reads the loads and counts its choice, so that picks at the same
     /// moment spread out.
     choosing: Mutex<()>,
+    /// The contexts sent to each drafter, whose prefixes a draft model likely caches.
+    affinity: PrefixAffinity,
 }
+
+/// Open sessions a drafter holding a session's prefix may have beyond the least loaded
+/// drafter's and still get the session.
+pub const STICKY_SLACK: usize = 2;
 
 /// A session's claim on an endpoint: counted as one open session while it lives.
 pub struct Lease {
@@ -205,6 +212,7 @@ impl DrafterPool {
             backoff: FAILED_DRAFTER_BACKOFF,
             target_vocab: AtomicUsize::new(0),
             choosing: Mutex::new(()),
+            affinity: PrefixAffinity::default(),
         })
     }
 
@@ -221,6 +229,19 @@ impl DrafterPool {
     /// The least loaded usable drafter of `kind` (any kind when `None`), other than those
     /// in `exclude` and those backing off after a failure; `None` when none answers.
     pub async fn pick(&self, kind: Option<DrafterKind>, exclude: &[String]) -> Option<Lease> {
+        self.pick_for(kind, exclude, &[]).await
+    }
+
+    /// [`Self::pick`] for a session whose context has prefix chain `prefix`: the drafter
+    /// that was sent the longest prefix of it keeps the session (a conversation stays where
+    /// its draft model's cache is) while it has at most [`STICKY_SLACK`] more open sessions
+    /// than the least loaded one.
+    pub async fn pick_for(
+        &self,
+        kind: Option<DrafterKind>,
+        exclude: &[String],
+        prefix: &[u64],
+    ) -> Option<Lease> {
         let now = Instant::now();
         let candidates: Vec<_> = self
             .endpoints()
@@ -251,10 +272,32 @@ impl DrafterPool {
             usable.push((endpoint, info));
         }
         let _choosing = lock(&self.choosing);
-        let (endpoint, info) = usable
-            .into_iter()
-            .min_by_key(|(e, _)| e.open_sessions.load(Ordering::Relaxed))?;
+        let sessions = |e: &DrafterEndpoint| e.open_sessions.load(Ordering::Relaxed);
+        let fewest = usable.iter().map(|(e, _)| sessions(e)).min()?;
+        let holding = usable
+            .iter()
+            .enumerate()
+            .map(|(i, (e, _))| {
+                (
+                    i,
+                    self.affinity.matched_tokens(e.member.url(), prefix),
+                    sessions(e),
+                )
+            })
+            .filter(|&(_, cached, open)| cached > 0 && open <= fewest + STICKY_SLACK)
+            .max_by_key(|&(_, cached, open)| (cached, std::cmp::Reverse(open)))
+            .map(|(i, ..)| i);
+        let chosen = match holding {
+            Some(i) => i,
+            None => usable
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (e, _))| sessions(e))
+                .map(|(i, _)| i)?,
+        };
+        let (endpoint, info) = usable.swap_remove(chosen);
         endpoint.open_sessions.fetch_add(1, Ordering::Relaxed);
+        self.affinity.record(endpoint.member.url(), prefix);
         Some(Lease { endpoint, info })
     }
 

@@ -11,6 +11,7 @@
 //! sequence and closes the drafter session in the background.
 
 mod admission;
+pub mod affinity;
 pub mod auth;
 pub mod cache_scope;
 pub mod carry;

@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tracing::{debug, info, warn, Instrument};
 
+use crate::affinity::prefix_chain;
 use crate::carry::WireCarry;
 use crate::client_telemetry;
 use crate::deadline::with_deadline;
@@ -158,8 +159,9 @@ impl RemoteSequence {
     ) -> Result<PrefillOutcome, RemoteError> {
         // A replica that was full: its answer, should no other replica be left.
         let mut full = None;
+        let prefix = prefix_chain(&wire.cache_scope, &wire.prompt_ids);
         loop {
-            let Some(replica) = self.pool.pick(exclude) else {
+            let Some(replica) = self.pool.pick_for(exclude, &prefix) else {
                 let status =
                     full.unwrap_or_else(|| Status::unavailable("no verifier replica is reachable"));
                 return Err(RemoteError::verifier(status));

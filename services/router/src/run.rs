@@ -12,6 +12,7 @@ use specd_wire::drafter::DrafterKind;
 use tonic::Status;
 
 use crate::admission::Admission;
+use crate::affinity::prefix_chain;
 use crate::carry::WireCarry;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
@@ -172,7 +173,7 @@ impl RouterState {
                     .await
             }
             (Drafters::Remote(pool) | Drafters::Hybrid { pool, .. }, true) => {
-                match self.pick_drafter(pool).await {
+                match self.pick_drafter(pool, &plan, scope).await {
                     Some(lease) => {
                         let info = lease.info();
                         let depth = info.max_draft_tokens + 1;
@@ -255,11 +256,17 @@ impl RouterState {
 
     /// A drafter for a new session; the governor learns how many drafters the pool (which
     /// discovery may grow or shrink) now has.
-    async fn pick_drafter(&self, pool: &DrafterPool) -> Option<Lease> {
+    async fn pick_drafter(
+        &self,
+        pool: &DrafterPool,
+        plan: &Plan,
+        scope: &RequestScope,
+    ) -> Option<Lease> {
         self.admission
             .governor()
             .set_drafter_parallelism(pool.size());
-        pool.pick(None, &[]).await
+        let prefix = prefix_chain(scope.cache_scope.as_str(), &plan.prompt_ids);
+        pool.pick_for(None, &[], &prefix).await
     }
 
     async fn run_plain<S: EventSink>(

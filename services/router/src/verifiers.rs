@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
+use crate::affinity::PrefixAffinity;
 use crate::config::TargetLimits;
 use crate::discovery::{replace_discovered, resolve, resolve_periodically, Member};
 use crate::pool_member::PoolMember;
@@ -162,6 +163,8 @@ pub struct VerifierPool {
     target: TargetLimits,
     /// Whether any replica answers (router health follows it).
     reachable: watch::Sender<bool>,
+    /// The prompt prefixes sent to each replica, whose K/V it likely caches.
+    affinity: PrefixAffinity,
 }
 
 impl VerifierPool {
@@ -235,6 +238,7 @@ impl VerifierPool {
             backoff: source.backoff,
             target,
             reachable,
+            affinity: PrefixAffinity::default(),
         });
         pool.refresh().await;
         tokio::spawn(refresh_periodically(Arc::downgrade(&pool)));
@@ -269,6 +273,15 @@ impl VerifierPool {
     /// thirty-second of the capacity of the best) to the fewest live sequences; never one in
     /// `exclude`, backing off, silent or serving another target.
     pub fn pick(&self, exclude: &[String]) -> Option<Arc<Replica>> {
+        self.pick_for(exclude, &[])
+    }
+
+    /// [`Self::pick`] for a prompt of prefix chain `prefix` (see
+    /// [`crate::affinity::prefix_chain`]): a replica that was sent the longest prefix of it
+    /// takes it while its free budget is within a quarter of its capacity of the most free
+    /// one's (so one hot prefix does not pile every request onto one replica); the prompt is
+    /// then remembered as sent there.
+    pub fn pick_for(&self, exclude: &[String], prefix: &[u64]) -> Option<Arc<Replica>> {
         let now = Instant::now();
         let candidates: Vec<_> = self
             .replicas()
@@ -278,24 +291,38 @@ impl VerifierPool {
                 let load = (*lock(&r.load))?;
                 let free = r.free_bytes(&load);
                 let tie = (load.kv_capacity_bytes / 32).max(1 << 20);
+                let near = (load.kv_capacity_bytes / 4).max(1 << 20);
                 let busy =
                     load.live_sequences + r.placed_since_stats.load(Ordering::Relaxed) as u64;
-                Some((r, free, tie, busy))
+                let cached = self.affinity.matched_tokens(r.url(), prefix);
+                Some((r, free, tie, near, busy, cached))
             })
             .collect();
-        let most_free = candidates.iter().map(|(_, free, _, _)| *free).max()?;
-        let best = candidates
-            .into_iter()
-            .filter(|(_, free, tie, _)| most_free - free <= *tie)
-            .min_by_key(|(_, _, _, busy)| *busy)?
-            .0;
+        let most_free = candidates.iter().map(|c| c.1).max()?;
+        let holding = candidates
+            .iter()
+            .filter(|(_, free, _, near, _, cached)| *cached > 0 && most_free - free <= *near)
+            .max_by_key(|(_, _, _, _, busy, cached)| (*cached, std::cmp::Reverse(*busy)))
+            .map(|c| c.0.clone());
+        let best = match holding {
+            Some(replica) => replica,
+            None => {
+                candidates
+                    .into_iter()
+                    .filter(|(_, free, tie, ..)| most_free - free <= *tie)
+                    .min_by_key(|(_, _, _, _, busy, _)| *busy)?
+                    .0
+            }
+        };
         best.placed_since_stats.fetch_add(1, Ordering::Relaxed);
+        self.affinity.record(best.url(), prefix);
         Some(best)
     }
 
     /// Leaves `replica` out until it has backed off and answers Stats again.
     pub fn failed(&self, replica: &Replica) {
         warn!(url = %replica.url(), backoff = ?self.backoff, "verifier failed; avoiding it");
+        self.affinity.forget(replica.url());
         replica.member.avoid_for(self.backoff);
         *lock(&replica.load) = None;
         self.update_reachable();
@@ -426,6 +453,7 @@ mod tests {
                 model: "m".into(),
             },
             reachable: watch::channel(true).0,
+            affinity: PrefixAffinity::default(),
         }
     }
 
@@ -438,6 +466,34 @@ mod tests {
             kv_bytes,
             kv_capacity_bytes: 1 << 30,
         });
+    }
+
+    #[tokio::test]
+    async fn a_prompt_goes_where_its_prefix_went_unless_that_replica_is_much_fuller() {
+        let pool = pool(&["http://10.0.0.1:1", "http://10.0.0.2:1"]);
+        let (a, b) = ("http://10.0.0.1:1", "http://10.0.0.2:1");
+        let turn1: Vec<u32> = (0..200).collect();
+        let turn2: Vec<u32> = (0..300).collect();
+        let chain = |tokens: &[u32]| crate::affinity::prefix_chain("", tokens);
+        set_load(&pool, 0, 2, 0);
+        set_load(&pool, 1, 0, 0);
+        assert_eq!(pool.pick_for(&[], &chain(&turn1)).unwrap().url(), b);
+        // The next turn follows its history to the busier replica...
+        set_load(&pool, 0, 0, 0);
+        set_load(&pool, 1, 5, 100 << 20);
+        assert_eq!(pool.pick_for(&[], &chain(&turn2)).unwrap().url(), b);
+        // ...another conversation goes to the idle one...
+        let other: Vec<u32> = (1000..1200).collect();
+        assert_eq!(pool.pick_for(&[], &chain(&other)).unwrap().url(), a);
+        // ...and a replica far fuller than the others takes no more, prefix or not.
+        set_load(&pool, 1, 5, 700 << 20);
+        assert_eq!(pool.pick_for(&[], &chain(&turn2)).unwrap().url(), a);
+        // A failed replica's prefixes are forgotten.
+        set_load(&pool, 1, 0, 0);
+        pool.failed(&pool.replicas()[0].clone());
+        set_load(&pool, 0, 0, 0);
+        pool.replicas()[0].member.avoid_for(Duration::ZERO);
+        assert_eq!(pool.affinity.matched_tokens(a, &chain(&turn2)), 0);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use specd_core::{Drafter, HybridDrafter, NgramDrafter};
 use specd_models::ModelSource;
 use specd_router::{GenerationService, InProcessEngine};
@@ -114,9 +114,13 @@ fn target_text(target: &Path) -> TargetText {
     })
 }
 
-fn drafter_path<'a>(args: &'a OneProcessArgs, kind: EmbeddedDraft) -> Result<&'a Path> {
+fn drafter_path(args: &OneProcessArgs, kind: EmbeddedDraft) -> Result<&Path> {
     args.drafter.as_deref().with_context(|| {
-        format!("--draft {kind:?}: give the drafter with --drafter").to_lowercase()
+        let name = kind
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
+        format!("--drafter: --draft {name} needs a drafter model")
     })
 }
 
@@ -130,37 +134,19 @@ fn qwen2_engine(
     let target = Qwen2Target::load(path, &device, eos)
         .with_context(|| format!("loading the target from {}", path.display()))?;
     let vocab = target.vocab_size();
-    let load_drafter = |kind| -> Result<_> {
-        let path = drafter_path(args, kind)?;
-        let drafter = embedded_draft_model::load(
-            path,
+    let load = |kind| -> Result<_> {
+        let drafter = drafter_path(args, kind)?;
+        let loaded = embedded_draft_model::load(
+            drafter,
             &device,
             vocab,
             args.draft_vocab,
             args.drafter_prefix_cache_bytes,
         )
-        .with_context(|| format!("loading the drafter from {}", path.display()))?;
-        Ok(drafter.blocking_in_place())
+        .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
+        Ok(loaded.blocking_in_place())
     };
-    Ok(match draft {
-        None => engine(args, path, target, None::<NgramDrafter<TargetCarry>>),
-        Some(EmbeddedDraft::Ngram) => engine(args, path, target, Some(NgramDrafter::default())),
-        Some(EmbeddedDraft::Mtp) => {
-            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
-        }
-        Some(kind @ EmbeddedDraft::DraftModel) => {
-            engine(args, path, target, Some(load_drafter(kind)?))
-        }
-        Some(kind @ EmbeddedDraft::Hybrid) => {
-            let inner = load_drafter(kind)?;
-            engine(
-                args,
-                path,
-                target,
-                Some(HybridDrafter::with_default_lookup(inner)),
-            )
-        }
-    })
+    with_drafter(args, path, target, draft, EmbeddedDraft::DraftModel, load)
 }
 
 fn gemma4_engine(
@@ -172,21 +158,34 @@ fn gemma4_engine(
     let dtype = args.dtype.dtype();
     let target = Gemma4Target::load(path, dtype, &device)
         .with_context(|| format!("loading the target from {}", path.display()))?;
-    let load_drafter = |kind| -> Result<_> {
-        let drafter_path = drafter_path(args, kind)?;
-        let drafter = embedded_mtp::load(drafter_path, path, dtype, &device)
-            .with_context(|| format!("loading the drafter from {}", drafter_path.display()))?;
-        Ok(drafter.blocking_in_place())
+    let load = |kind| -> Result<_> {
+        let drafter = drafter_path(args, kind)?;
+        let loaded = embedded_mtp::load(drafter, path, dtype, &device)
+            .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
+        Ok(loaded.blocking_in_place())
     };
+    with_drafter(args, path, target, draft, EmbeddedDraft::Mtp, load)
+}
+
+/// The engine of `target` drafting as `draft` says: `model` is the kind of drafter model
+/// this target takes, which `load` loads.
+fn with_drafter<T, D>(
+    args: &OneProcessArgs,
+    path: &Path,
+    target: T,
+    draft: Option<EmbeddedDraft>,
+    model: EmbeddedDraft,
+    load: impl Fn(EmbeddedDraft) -> Result<D>,
+) -> Result<Arc<dyn InProcessEngine>>
+where
+    T: TargetModel,
+    D: Drafter<Carry = TargetCarry> + 'static,
+{
     Ok(match draft {
         None => engine(args, path, target, None::<NgramDrafter<TargetCarry>>),
         Some(EmbeddedDraft::Ngram) => engine(args, path, target, Some(NgramDrafter::default())),
-        Some(EmbeddedDraft::DraftModel) => {
-            bail!("--draft draft-model needs a GGUF target file")
-        }
-        Some(kind @ EmbeddedDraft::Mtp) => engine(args, path, target, Some(load_drafter(kind)?)),
-        Some(kind @ EmbeddedDraft::Hybrid) => {
-            let inner = load_drafter(kind)?;
+        Some(EmbeddedDraft::Hybrid) => {
+            let inner = load(model)?;
             engine(
                 args,
                 path,
@@ -194,6 +193,11 @@ fn gemma4_engine(
                 Some(HybridDrafter::with_default_lookup(inner)),
             )
         }
+        Some(kind) if kind == model => engine(args, path, target, Some(load(kind)?)),
+        Some(EmbeddedDraft::Mtp) => {
+            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
+        }
+        Some(_) => bail!("--draft draft-model needs a GGUF target file"),
     })
 }
 

@@ -298,3 +298,67 @@ async fn requests_move_losslessly_when_their_verifier_dies() {
     }
     assert!(!serving, "router health stayed SERVING with no verifier");
 }
+
+/// The K/V bytes a verifier's prefix cache holds.
+async fn prefix_cache_bytes(verifier: &Service) -> u64 {
+    use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
+    VerifierClient::new(verifier.channel().await)
+        .stats(VerifierStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .prefix_cache_bytes
+}
+
+#[tokio::test]
+async fn a_conversation_follows_its_cached_prefix_and_survives_losing_that_replica() {
+    let mut replicas = [Service::verifier(), Service::verifier()];
+    let router = Service::router_over(&[&replicas[0], &replicas[1]], &[], &[]);
+    let reference_verifier = Service::verifier();
+    let reference = Service::router(&reference_verifier, &[], &["--max-block-size", "1"]);
+    let mut client = GenerationClient::new(router.channel().await);
+    let mut plain = GenerationClient::new(reference.channel().await);
+    // Long enough for whole 512-token prefill pieces, which this target reuses.
+    let mut prompt: Vec<u32> = (0..560u32).map(|i| (i * 29 + 3) % 250 + 2).collect();
+    let mut holder = None;
+    for turn in 0..4u32 {
+        if turn == 2 {
+            // The replica holding the conversation's prefix dies between turns.
+            let i = holder.expect("a replica holds the conversation");
+            replicas[i].kill();
+        }
+        let response = client
+            .generate(request(&prompt, 8, 0))
+            .await
+            .unwrap()
+            .into_inner();
+        let want = plain
+            .generate(request(&prompt, 8, 0))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(response.token_ids, want.token_ids, "turn {turn}");
+        let cached = response.stats.unwrap().cached_prompt_tokens;
+        match turn {
+            0 => {
+                assert_eq!(cached, 0);
+                let mut holding = Vec::new();
+                for (i, replica) in replicas.iter().enumerate() {
+                    if prefix_cache_bytes(replica).await > 0 {
+                        holding.push(i);
+                    }
+                }
+                assert_eq!(holding.len(), 1, "{holding:?}");
+                holder = holding.first().copied();
+            }
+            // The next turn went where the history was computed...
+            1 => assert_eq!(cached, 512, "turn 1"),
+            // ...the first one after the loss prefilled anew on the other replica, and the
+            // one after that reuses what that replica now holds.
+            2 => assert_eq!(cached, 0, "turn 2"),
+            _ => assert_eq!(cached, 512, "turn 3"),
+        }
+        prompt.extend(&response.token_ids);
+        prompt.extend([60 + turn, 61, 62]);
+    }
+}
