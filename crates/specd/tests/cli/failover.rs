@@ -320,7 +320,7 @@ async fn a_conversation_follows_its_cached_prefix_and_survives_losing_that_repli
     let mut plain = GenerationClient::new(reference.channel().await);
     // Long enough for whole 512-token prefill pieces, which this target reuses.
     let mut prompt: Vec<u32> = (0..560u32).map(|i| (i * 29 + 3) % 250 + 2).collect();
-    let mut holder = None;
+    let mut holder: Option<usize> = None;
     for turn in 0..4u32 {
         if turn == 2 {
             // The replica holding the conversation's prefix dies between turns.

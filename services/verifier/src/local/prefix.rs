@@ -110,7 +110,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         let PrefixRule::PrefillChunks(chunk) = self.prefixes.rule() else {
             return;
         };
-        if !self.prefixes.is_enabled() || done == 0 || done % chunk.max(1) != 0 {
+        if !self.prefixes.is_enabled() || done == 0 || !done.is_multiple_of(chunk.max(1)) {
             return;
         }
         let Some(prompt) = request.prompt_ids.get(..done) else {
