@@ -24,9 +24,10 @@ source "$(dirname "$0")/llamacpp_source.sh"
 readonly COMMIT=0c1e57098
 # llama-lookup is llama.cpp's prompt-lookup decoding (examples/lookup): n-gram drafts from the
 # prompt and the text so far, no draft model. llama-tokenize gives the reference encodings of
-# the Gemma 4 tokenizer fixture (gemma4_tokenizer_fixture.sh).
+# the Gemma 4 tokenizer fixture (gemma4_tokenizer_fixture.sh). llama-server is the serving peer
+# of the multi-turn benchmark (its slot keeps a conversation's K/V between requests).
 readonly TARGETS=(llama-bench llama-completion llama-speculative llama-speculative-simple
-    llama-lookup llama-tokenize)
+    llama-lookup llama-tokenize llama-server)
 
 log() { echo "build_llamacpp: $*" >&2; }
 

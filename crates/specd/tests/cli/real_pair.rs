@@ -381,3 +381,58 @@ fn a_drafter_whose_vocabulary_differs_from_the_target_is_refused() {
     assert!(err.contains("64 tokens"), "{err}");
     assert!(err.contains("96"), "{err}");
 }
+
+/// One chat turn over the one-process server's OpenAI API: the reply text and
+/// the prompt tokens it took from the prefix cache.
+fn chat_turn(http: &str, messages: &serde_json::Value) -> (String, u64) {
+    let body = serde_json::json!({
+        "messages": messages,
+        "max_tokens": 24,
+        "temperature": 0,
+    });
+    let (status, answer) = crate::served::http_post(http, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{answer}");
+    let text = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    (text, cached)
+}
+
+#[test]
+fn one_process_chat_turns_reuse_their_history_losslessly_on_the_real_pair() {
+    let Some((target, drafter)) = pair() else {
+        return;
+    };
+    let (target, drafter) = (target.to_str().unwrap(), drafter.to_str().unwrap());
+    let (warm, warm_http) = Service::one_process(&["--target", target, "--drafter", drafter]);
+    // Plain decoding without the prefix cache: the target alone, every prompt prefilled.
+    let (cold, cold_http) =
+        Service::one_process(&["--target", target, "--prefix-cache-bytes", "0"]);
+    let _ = (&warm, &cold);
+    let mut messages = vec![serde_json::json!({
+        "role": "system",
+        "content": "You are a careful reviewer of Python code. Answer in one short paragraph.",
+    })];
+    let questions = [
+        "What does `sorted(set(xs))` return for xs = [3, 1, 3, 2]?",
+        "And what if xs is empty?",
+        "Is that faster than sorting first and removing duplicates after?",
+    ];
+    for (turn, question) in questions.iter().enumerate() {
+        messages.push(serde_json::json!({"role": "user", "content": question}));
+        let history = serde_json::Value::Array(messages.clone());
+        let (text, cached) = chat_turn(&warm_http, &history);
+        let (plain, plain_cached) = chat_turn(&cold_http, &history);
+        assert_eq!(text, plain, "turn {turn}");
+        assert_eq!(plain_cached, 0);
+        if turn > 0 {
+            // The history up to the last assistant reply was computed by the turn before.
+            assert!(cached > 20, "turn {turn}: {cached}");
+        }
+        messages.push(serde_json::json!({"role": "assistant", "content": text}));
+    }
+}
