@@ -32,10 +32,16 @@ async fn verifier(cache_bytes: usize) -> Running {
     serve_verifier(service).await
 }
 
+/// A turn of 10 tokens; a fixed block size, so the drafts (and the rounds) depend only on
+/// what the drafter is given, not on timings.
 fn turn_request(prompt: &[u32], temperature: f32, salt: &str) -> GenerateRequest {
     GenerateRequest {
         cache_salt: salt.into(),
-        ..sampled(ids_request(prompt, 10), temperature, 3)
+        ..sampled(
+            with_block(ids_request(prompt, 10), Some(4), false),
+            temperature,
+            3,
+        )
     }
 }
 
