@@ -211,7 +211,7 @@ def start_llama_server(args, out, tag):
 def chat(addr, messages, max_tokens, kind):
     """One streamed chat completion: (ttft s, total s, text, completion tokens, cached
     prompt tokens or None)."""
-    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
     if kind == "specd":
         body["specd"] = {"ignore_eos": True}
@@ -303,7 +303,7 @@ def main():
     parser.add_argument("--drafter")
     parser.add_argument("--out", required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--chat-chars", type=int, default=6000)
+    parser.add_argument("--chat-chars", type=int, default=6600)
     parser.add_argument("--load-chars", type=int, default=2400)
     parser.add_argument("--skip", default="", help="comma-separated scenarios to skip: chat,agent,load,split")
     parser.add_argument("--report-only", action="store_true")

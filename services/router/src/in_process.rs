@@ -67,6 +67,10 @@ pub fn loop_status<E: std::error::Error>(
 
 /// Runs `engine`'s request while its events go on to `sink`: the router's sinks (streams,
 /// unary collection) stay as they are.
+///
+/// The round loop runs in a task of its own: an in-process drafter computes on the task's
+/// thread (a session's open is a prefill), and the first token must reach the client while it
+/// does. Dropping this future aborts that task, which frees the sequence and session.
 pub(crate) async fn run_in_process<S: EventSink>(
     engine: &Arc<dyn InProcessEngine>,
     request: GenerationRequest,
@@ -75,17 +79,40 @@ pub(crate) async fn run_in_process<S: EventSink>(
     control: &RequestControl,
 ) -> Result<Finish, Status> {
     let (events, mut received) = mpsc::channel(EVENTS_BUFFER);
-    let run = engine.clone().run(request, text, events, control.clone());
-    let forward = async move {
-        while let Some(event) = received.recv().await {
-            if sink.send(event).await.is_err() {
-                // Dropping the receiver tells the round loop its client is gone.
-                break;
-            }
+    let run = AbortOnDrop(tokio::spawn(engine.clone().run(
+        request,
+        text,
+        events,
+        control.clone(),
+    )));
+    while let Some(event) = received.recv().await {
+        if sink.send(event).await.is_err() {
+            // Dropping the receiver tells the round loop its client is gone.
+            break;
         }
-    };
-    let (result, ()) = tokio::join!(run, forward);
-    result
+    }
+    drop(received);
+    run.finish().await
+}
+
+/// A spawned round loop, aborted when the request it serves is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Finish, Status>>);
+
+impl AbortOnDrop {
+    async fn finish(mut self) -> Result<Finish, Status> {
+        match (&mut self.0).await {
+            Ok(result) => result,
+            Err(error) => Err(Status::internal(format!(
+                "the request's round loop failed: {error}"
+            ))),
+        }
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Events buffered between the engine's round loop and the router's sink.

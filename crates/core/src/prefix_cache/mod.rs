@@ -160,6 +160,30 @@ impl<C> PrefixCache<C> {
         None
     }
 
+    /// Takes the entry of `scope` holding the longest usable prefix of `prompt`, longer than
+    /// `at_least`, out of the cache: its state and the prompt tokens it serves. Where any
+    /// prefix of a state is reusable, moving it into the new sequence (which leaves it
+    /// behind again, longer, when it ends) saves copying it; a sequence that shares the
+    /// prefix meanwhile copies it from that running one. Counts as one lookup.
+    pub fn take(&self, scope: &CacheScope, prompt: &[u32], at_least: usize) -> Option<(C, usize)> {
+        self.counters.lookup();
+        if !self.is_enabled() {
+            return None;
+        }
+        let mut inner = lock(&self.inner);
+        let (index, len) = inner
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| &e.scope == scope)
+            .map(|(i, e)| (i, self.usable(&e.tokens, e.prefilled, prompt)))
+            .filter(|&(_, len)| len > at_least)
+            .max_by_key(|&(i, len)| (len, std::cmp::Reverse(i)))?;
+        let entry = inner.remove(index);
+        self.counters.hit(len);
+        Some((entry.state, len))
+    }
+
     /// Keeps `state`, the model state of `tokens` (the first `prefilled` from a prefill),
     /// taking `bytes`, within `room` more bytes than the cache holds now (the rest of a
     /// shared memory budget; `usize::MAX` when only the cache's own bound applies). Entries
@@ -273,10 +297,11 @@ impl<C> PrefixCache<C> {
 }
 
 impl<C> Inner<C> {
-    fn remove(&mut self, index: usize) {
+    fn remove(&mut self, index: usize) -> Entry<C> {
         let entry = self.entries.swap_remove(index);
         self.bytes -= entry.bytes;
         self.tokens -= entry.tokens.len();
+        entry
     }
 }
 

@@ -147,3 +147,29 @@ fn a_failed_copy_falls_back_to_the_next_longest_and_windows_keep_short_entries()
     c.insert(scope(""), vec![1, 2], 2, vec![1, 2], 10, usize::MAX);
     assert_eq!(c.len(), 2);
 }
+
+#[test]
+fn take_moves_the_longest_entry_out() {
+    let c = cache(1000, PrefixRule::AnyLength);
+    c.insert(scope(""), vec![1, 2], 2, vec![1, 2], 10, usize::MAX);
+    c.insert(
+        scope(""),
+        vec![1, 2, 3, 4],
+        4,
+        vec![1, 2, 3, 4],
+        10,
+        usize::MAX,
+    );
+    c.insert(scope("x"), vec![1, 2, 3, 4, 5], 5, vec![9], 10, usize::MAX);
+    // The longer entry covered the shorter one of its scope.
+    assert_eq!(c.len(), 2);
+    assert_eq!(
+        c.take(&scope(""), &[1, 2, 3, 9, 9], 0),
+        Some((vec![1, 2, 3, 4], 3))
+    );
+    assert_eq!(c.held(), (10, 5));
+    assert_eq!(c.take(&scope(""), &[1, 2, 3, 9, 9], 0), None);
+    assert_eq!(c.take(&scope("x"), &[1, 2, 3, 4, 5, 6], 5), None);
+    let totals = c.counters().totals();
+    assert_eq!((totals.lookups, totals.hits, totals.hit_tokens), (3, 1, 3));
+}
