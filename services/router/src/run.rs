@@ -17,7 +17,7 @@ use crate::carry::WireCarry;
 use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
-use crate::in_process::{run_in_process, InProcessEngine};
+use crate::in_process::{loop_status, run_in_process, InProcessEngine};
 use crate::predraft::{PredraftCounts, Predrafting};
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
@@ -241,7 +241,7 @@ impl RouterState {
                 .await
             }
         };
-        result.map_err(loop_status)
+        result.map_err(remote_loop_status)
     }
 
     /// The request's sequence, to be placed on a verifier replica.
@@ -311,12 +311,6 @@ impl RouterState {
 }
 
 /// The public status of a failed request.
-fn loop_status(error: RoundLoopError<RemoteError>) -> Status {
-    match error {
-        RoundLoopError::InvalidRequest(invalid) => {
-            Status::invalid_argument(format!("{}: {invalid}", invalid.field()))
-        }
-        RoundLoopError::Verifier(remote) => remote.to_status(),
-        other => Status::internal(other.to_string()),
-    }
+fn remote_loop_status(error: RoundLoopError<RemoteError>) -> Status {
+    loop_status(error, |remote| remote.to_status())
 }

@@ -135,15 +135,7 @@ impl<C> PrefixCache<C> {
             return None;
         }
         let mut inner = lock(&self.inner);
-        let mut candidates: Vec<(usize, usize)> = inner
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| &e.scope == scope)
-            .map(|(i, e)| (i, self.usable(&e.tokens, e.prefilled, prompt)))
-            .filter(|&(_, len)| len > at_least)
-            .collect();
-        candidates.sort_by_key(|&(i, len)| (std::cmp::Reverse(len), i));
+        let candidates = self.candidates(&inner, scope, prompt, at_least);
         for (index, len) in candidates.into_iter().take(COPY_ATTEMPTS) {
             let Some(copied) = copy(&inner.entries[index].state, len) else {
                 continue;
@@ -171,17 +163,51 @@ impl<C> PrefixCache<C> {
             return None;
         }
         let mut inner = lock(&self.inner);
-        let (index, len) = inner
+        let (index, len) = *self.candidates(&inner, scope, prompt, at_least).first()?;
+        let entry = inner.remove(index);
+        self.counters.hit(len);
+        Some((entry.state, len))
+    }
+
+    /// A state holding the longest usable prefix of `prompt` (longer than `at_least`) for a
+    /// new sequence of `scope`, and its length: where any prefix of a state is reusable the
+    /// entry is taken out and `truncate`d to it (no copy), otherwise `copy` makes one
+    /// (see [`Self::lookup_with`]). `truncate` returns false when it cannot.
+    pub fn reuse(
+        &self,
+        scope: &CacheScope,
+        prompt: &[u32],
+        at_least: usize,
+        truncate: impl FnOnce(&mut C, usize) -> bool,
+        copy: impl FnMut(&C, usize) -> Option<C>,
+    ) -> Option<(C, usize)> {
+        if self.rule == PrefixRule::AnyLength {
+            let (mut state, len) = self.take(scope, prompt, at_least)?;
+            return truncate(&mut state, len).then_some((state, len));
+        }
+        self.lookup_with(scope, prompt, at_least, copy)
+            .map(|hit| (hit.copied, hit.tokens))
+    }
+
+    /// The entries of `scope` with a usable prefix of `prompt` longer than `at_least`, as
+    /// (index, usable length), longest first (the older entry first among equals).
+    fn candidates(
+        &self,
+        inner: &Inner<C>,
+        scope: &CacheScope,
+        prompt: &[u32],
+        at_least: usize,
+    ) -> Vec<(usize, usize)> {
+        let mut candidates: Vec<(usize, usize)> = inner
             .entries
             .iter()
             .enumerate()
             .filter(|(_, e)| &e.scope == scope)
             .map(|(i, e)| (i, self.usable(&e.tokens, e.prefilled, prompt)))
             .filter(|&(_, len)| len > at_least)
-            .max_by_key(|&(i, len)| (len, std::cmp::Reverse(i)))?;
-        let entry = inner.remove(index);
-        self.counters.hit(len);
-        Some((entry.state, len))
+            .collect();
+        candidates.sort_by_key(|&(i, len)| (std::cmp::Reverse(len), i));
+        candidates
     }
 
     /// Keeps `state`, the model state of `tokens` (the first `prefilled` from a prefill),

@@ -17,8 +17,6 @@ pub struct LocalEngine<T: TargetModel, D> {
     verifier: BatchVerifier<T>,
     drafter: Option<D>,
     limits: TargetLimits,
-    /// Drafters that draft in parallel, for the governor.
-    drafter_parallelism: usize,
 }
 
 impl<T: TargetModel, D> LocalEngine<T, D> {
@@ -30,12 +28,10 @@ impl<T: TargetModel, D> LocalEngine<T, D> {
             max_block_size: MAX_ROLLBACK + 1,
             model,
         };
-        let drafter_parallelism = usize::from(drafter.is_some());
         Self {
             verifier,
             drafter,
             limits,
-            drafter_parallelism,
         }
     }
 }
@@ -54,7 +50,7 @@ where
     }
 
     fn drafter_parallelism(&self) -> usize {
-        self.drafter_parallelism
+        usize::from(self.drafter.is_some())
     }
 
     fn run(

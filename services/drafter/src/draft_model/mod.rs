@@ -143,19 +143,17 @@ impl<M: CausalLm> DraftModelEngine<M> {
         scope: &CacheScope,
         context: &[u32],
     ) -> Result<(M::Cache, usize), EngineError> {
-        if self.prefixes.rule() == PrefixRule::AnyLength {
-            // Any prefix of a cached cache is the session's to keep: moved, not copied.
-            if let Some((mut cache, len)) = self.prefixes.take(scope, context, 0) {
-                if self.model.truncate(&mut cache, len).is_ok() {
-                    return Ok((cache, len));
-                }
-            }
-        } else if let Some(hit) = self.prefixes.lookup_with(scope, context, 0, |state, len| {
-            self.model.cache_prefix(state, len, 0).ok().flatten()
-        }) {
-            return Ok((hit.copied, hit.tokens));
+        let cached = self.prefixes.reuse(
+            scope,
+            context,
+            0,
+            |cache, len| self.model.truncate(cache, len).is_ok(),
+            |state, len| self.model.cache_prefix(state, len, 0).ok().flatten(),
+        );
+        match cached {
+            Some(cached) => Ok(cached),
+            None => Ok((self.model.new_cache(0).map_err(internal)?, 0)),
         }
-        Ok((self.model.new_cache(0).map_err(internal)?, 0))
     }
 
     /// Proposes only ids below `ids` (0 or anything past the vocabulary: every id).

@@ -36,25 +36,15 @@ impl<T: TargetModel> LocalVerifier<T> {
     fn reuse_prefix(&self, scope: &CacheScope, prompt: &[u32]) -> Option<SeededCache<T::Cache>> {
         let live = self.longest_live_prefix(scope, prompt);
         let live_len = live.as_ref().map_or(0, |(len, _)| *len);
-        if self.prefixes.rule() == PrefixRule::AnyLength {
-            // Any prefix of a cached state is the sequence's to keep: moved, not copied.
-            if let Some((mut cache, len)) = self.prefixes.take(scope, prompt, live_len) {
-                if self.target.truncate(&mut cache, len).is_ok() {
-                    return Some(SeededCache { cache, cached: len });
-                }
-            }
-        } else {
-            let cached = self
-                .prefixes
-                .lookup_with(scope, prompt, live_len, |state, len| {
-                    self.target.cache_prefix(state, len).ok().flatten()
-                });
-            if let Some(hit) = cached {
-                return Some(SeededCache {
-                    cache: hit.copied,
-                    cached: hit.tokens,
-                });
-            }
+        let cached = self.prefixes.reuse(
+            scope,
+            prompt,
+            live_len,
+            |cache, len| self.target.truncate(cache, len).is_ok(),
+            |state, len| self.target.cache_prefix(state, len).ok().flatten(),
+        );
+        if let Some((cache, cached)) = cached {
+            return Some(SeededCache { cache, cached });
         }
         let (len, handle) = live?;
         // A running sequence that shares the prompt's start (requests with one system prompt
