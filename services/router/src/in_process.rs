@@ -45,7 +45,7 @@ pub struct ChannelSink(pub EventSender);
 
 impl EventSink for ChannelSink {
     fn send(&mut self, event: Event) -> impl Future<Output = Result<(), SinkClosed>> + Send {
-        let sender = self.0.clone();
+        let sender = &self.0;
         async move { sender.send(event).await.map_err(|_| SinkClosed) }
     }
 }
