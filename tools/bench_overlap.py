@@ -5,8 +5,9 @@ Sends each prompt to each router URL given (plain decoding is the first router w
 speculation switched off per request) and reports decode tokens/s from the router's own
 stats: (completion tokens - 1) / (total time - time to first token), each speculative
 router against the second one (sequential), and each router's pre-draft hit rate (hits
-over rounds that asked for a pre-draft) and branch hit rate (hits from rejection branches,
-over the same). Standard library only.
+over rounds that asked for a pre-draft), branch hit rate (hits from rejection branches,
+over the same) and pre-drafted share (rounds that asked for a pre-draft over all rounds:
+how often overlap was on). Standard library only.
 
 usage: bench_overlap.py --router NAME=URL [--router NAME=URL ...] --prompts FILE
        [--max-tokens N] [--block-size N] [--runs N] [--json OUT]
@@ -106,7 +107,8 @@ def main():
               [f"{n} ÷ {base}" for n in others] +
               [f"{n} ÷ llama.cpp plain" for _ in llama for n in names] +
               [f"{n} hit rate" for n in overlapped] +
-              [f"{n} branch hit rate" for n in overlapped])
+              [f"{n} branch hit rate" for n in overlapped] +
+              [f"{n} pre-drafted share" for n in overlapped])
     print("| kind | " + " | ".join(header) + " |")
     print("|---" * (len(header) + 1) + "|")
     report = []
@@ -122,12 +124,17 @@ def main():
             asked = rows[n]["hits"] + rows[n]["misses"]
             return f"{rows[n][field] / asked:.2f}" if asked else "–"
 
+        def share(n):
+            asked = rows[n]["hits"] + rows[n]["misses"]
+            return f"{asked / rows[n]['rounds']:.2f}" if rows[n]["rounds"] else "–"
+
         cells = ([f"{tps[n]:.2f}" for n in names] +
                  [f"{tps[n] / tps['plain']:.2f}" for n in names[1:]] +
                  [f"{tps[n] / tps[base]:.2f}" for n in others] +
                  [f"{tps[n] / l:.2f}" for l in llama for n in names] +
                  [rate(n, "hits") for n in overlapped] +
-                 [rate(n, "branch_hits") for n in overlapped])
+                 [rate(n, "branch_hits") for n in overlapped] +
+                 [share(n) for n in overlapped])
         print(f"| {kind} | " + " | ".join(cells) + " |")
         report.append({"kind": kind, "tok_s": tps, "rows": rows})
     if args.json:

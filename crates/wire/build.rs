@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use protox::prost::Message;
 
-const PROTO_FILES: [&str; 6] = [
+const PROTO_FILES: [&str; 7] = [
     "specd/v1/tensor.proto",
+    "specd/v1/placement.proto",
     "specd/v1/kv.proto",
     "specd/v1/sampling.proto",
     "specd/v1/generate.proto",

@@ -26,6 +26,7 @@ pub const SPECULATION_CAP: &str = "specd_speculation_cap";
 pub const WIRE_BYTES: &str = "specd_wire_bytes_total";
 pub const VERIFIER_MIGRATIONS: &str = "specd_verifier_migrations_total";
 pub const PREDRAFTS: &str = "specd_predraft_total";
+pub const OVERLAP_SWITCHES: &str = "specd_overlap_switches_total";
 pub const PREFIX_CACHE_HIT_TOKENS: &str = "specd_prefix_cache_hit_tokens_total";
 pub const PREFIX_CACHE_LOOKUPS: &str = "specd_prefix_cache_lookups_total";
 pub const PREFIX_CACHE_BYTES: &str = "specd_prefix_cache_bytes";

@@ -76,6 +76,10 @@ pub(crate) const HELP: &[(&str, &str)] = &[
         "Rounds that asked for the drafter's pre-draft, by whether it matched (outcome).",
     ),
     (
+        OVERLAP_SWITCHES,
+        "Pre-drafting (overlap) switched on or off by the router's measurements, by state.",
+    ),
+    (
         PREFIX_CACHE_HIT_TOKENS,
         "Prompt tokens whose K/V came from the prefix cache, by service.",
     ),

@@ -106,6 +106,12 @@ pub fn predraft(hit: bool, branch: bool) {
     metrics::counter!(names::PREDRAFTS, "outcome" => outcome).increment(1);
 }
 
+/// The router decided to pre-draft (overlap drafting with verifying) or to stop.
+pub fn overlap_switch(on: bool) {
+    let to = if on { "on" } else { "off" };
+    metrics::counter!(names::OVERLAP_SWITCHES, "to" => to).increment(1);
+}
+
 /// A request moved to another verifier replica.
 pub fn verifier_migration() {
     metrics::counter!(names::VERIFIER_MIGRATIONS).increment(1);

@@ -21,6 +21,7 @@ pub mod health;
 pub mod ids;
 pub mod kv;
 pub mod limits;
+pub mod placement;
 pub mod sampling;
 pub mod serving;
 pub mod tensor;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::cache_scope::PrefixCacheScope;
+use crate::overlap::OverlapMode;
 
 use specd_wire::limits::MessageLimits;
 use specd_wire::serving::ServeOptions;
@@ -29,8 +30,9 @@ pub struct RouterConfig {
     /// Tokens all running requests may verify per round together: under load each
     /// request's block size is capped to its share (0: no cap).
     pub max_batch_tokens: usize,
-    /// Draft-model drafters pre-draft the next round while the verifier verifies this one.
-    pub overlap: bool,
+    /// Whether draft-model drafters pre-draft the next round while the verifier verifies
+    /// this one: always, never, or while it measurably pays (auto).
+    pub overlap: OverlapMode,
     /// With `overlap`: likely rejections a drafter pre-drafts besides the all-accepted
     /// round (each holds a copy of the session's K/V on the drafter).
     pub predraft_branches: u32,
@@ -58,7 +60,7 @@ impl Default for RouterConfig {
             max_block_size: 8,
             max_concurrent_requests: 64,
             max_batch_tokens: 32,
-            overlap: true,
+            overlap: OverlapMode::Auto,
             predraft_branches: 1,
             requests: RequestLimits::default(),
             max_snapshot_bytes: 1 << 30,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use specd_core::{NgramConfig, NgramDrafter};
 use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
 use specd_wire::limits::WithMessageLimits;
+use specd_wire::placement::Placement;
 use tonic::transport::Channel;
 use tracing::{debug, warn};
 
@@ -76,6 +77,8 @@ impl DrafterInfo {
 pub struct DrafterEndpoint {
     member: PoolMember<DrafterClient<Channel>>,
     info: Mutex<Option<DrafterInfo>>,
+    /// Where the drafter runs, from its Stats (`None` when it did not say).
+    placement: Mutex<Option<Placement>>,
     /// Sessions this router holds open on it (the load that picks new sessions' drafter).
     open_sessions: AtomicUsize,
 }
@@ -363,6 +366,7 @@ impl DrafterEndpoint {
         Ok(Self {
             member,
             info: Mutex::new(None),
+            placement: Mutex::new(None),
             open_sessions: AtomicUsize::new(0),
         })
     }
@@ -398,7 +402,8 @@ impl DrafterEndpoint {
             max_draft_tokens: stats.max_draft_tokens as usize,
             vocab_size: stats.vocab_size as usize,
         };
-        debug!(url = %self.member.url(), ?info, "drafter described itself");
+        debug!(url = %self.member.url(), ?info, placement = ?stats.placement, "drafter described itself");
+        *lock(&self.placement) = stats.placement;
         *lock(&self.info) = Some(info);
         Some(info)
     }
@@ -411,6 +416,11 @@ impl Lease {
 
     pub fn url(&self) -> &str {
         self.endpoint.member.url()
+    }
+
+    /// Where the drafter runs, when it said.
+    pub fn placement(&self) -> Option<Placement> {
+        lock(&self.endpoint.placement).clone()
     }
 
     pub fn client(&self) -> DrafterClient<Channel> {

@@ -24,6 +24,7 @@ pub mod drafters;
 pub mod error;
 mod http;
 pub mod in_process;
+pub mod overlap;
 mod pool_member;
 pub mod predraft;
 pub mod remote_drafter;

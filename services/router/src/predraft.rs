@@ -5,12 +5,35 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use specd_wire::placement::Placement;
+
+use crate::overlap::Overlap;
+
 /// What a request asks of its drafter's pre-drafts, and where it counts how they went.
 #[derive(Debug, Clone)]
 pub struct Predrafting {
     pub counts: Arc<PredraftCounts>,
     /// Rejection branches per pre-draft besides the all-accepted one.
     pub branches: u32,
+    /// Whether each draft call asks for a pre-draft, and what the rounds measured.
+    pub overlap: Arc<Overlap>,
+    /// Where the verifier replicas run, to tell whether a drafter shares their cores.
+    pub verifiers: Arc<[Placement]>,
+}
+
+impl Predrafting {
+    /// Whether a drafter placed at `drafter` runs on a verifier's cores: `None` when either
+    /// side did not say.
+    pub fn shares_cores(&self, drafter: Option<&Placement>) -> Option<bool> {
+        let drafter = drafter?;
+        let mut known = self
+            .verifiers
+            .iter()
+            .filter_map(|verifier| drafter.shares_cores_with(verifier))
+            .peekable();
+        known.peek()?;
+        Some(known.any(|shares| shares))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -18,6 +41,7 @@ pub struct PredraftCounts {
     hits: AtomicU32,
     branch_hits: AtomicU32,
     misses: AtomicU32,
+    switches: AtomicU32,
 }
 
 impl PredraftCounts {
@@ -28,6 +52,16 @@ impl PredraftCounts {
             self.branch_hits.fetch_add(1, Ordering::Relaxed);
         }
         specd_telemetry::record::predraft(hit, branch);
+    }
+
+    /// The request's pre-drafting went on or off between two of its draft calls.
+    pub fn switched(&self) {
+        self.switches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Times the request's pre-drafting went on or off.
+    pub fn switches(&self) -> u32 {
+        self.switches.load(Ordering::Relaxed)
     }
 
     /// Hits from rejection branches (counted among the hits too).

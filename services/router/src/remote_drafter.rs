@@ -28,6 +28,7 @@ use crate::client_telemetry;
 use crate::deadline::with_deadline;
 use crate::drafters::{DrafterPool, Lease};
 use crate::error::RemoteError;
+use crate::overlap::RoundCost;
 use crate::predraft::Predrafting;
 use crate::remote_verifier::RemoteSequence;
 use crate::sampling::sampling_to_wire;
@@ -48,6 +49,20 @@ struct SessionState {
     /// The request's prefix-cache scope, which every drafter it opens on learns.
     cache_scope: String,
     /// The last Draft asked the drafter to pre-draft this round.
+    predrafting: bool,
+    /// The last Draft's answer, whose round the next call measures.
+    last_answer: Option<DraftAnswer>,
+}
+
+/// When a draft call answered, for the round it started.
+#[derive(Clone)]
+struct DraftAnswer {
+    at: Instant,
+    /// The drafter that answered.
+    url: String,
+    /// Tokens the round verifies: the drafts and the bonus.
+    rows: usize,
+    /// Whether the drafter pre-drafts beside that round's verify.
     predrafting: bool,
 }
 
@@ -112,6 +127,7 @@ impl<'a> RemoteSession<'a> {
                 sampling: None,
                 cache_scope: String::new(),
                 predrafting: false,
+                last_answer: None,
             }),
             opening: Arc::default(),
         }
@@ -308,6 +324,7 @@ impl<'a> RemoteSession<'a> {
                         sampling: Some(sampling),
                         cache_scope,
                         predrafting,
+                        last_answer: None,
                     };
                     return Ok(drafts);
                 }
@@ -430,7 +447,14 @@ impl Drafter for RemoteSession<'_> {
             .and_then(|p| u32::try_from(p).ok())
             .ok_or_else(|| RemoteError::protocol("router", "invalid committed length"))?;
         let committed_len = request.committed_len;
+        // A call right after one verify measures that round; one after several (plain
+        // rounds between) does not.
+        let one_round = request.carries.len() == 1;
         let wire_round = state.rounds + 1;
+        let predraft = self.predraft.as_ref().is_some_and(|p| {
+            p.overlap
+                .predraft(lease.url(), || p.shares_cores(lease.placement().as_ref()))
+        });
         let (carry, resume) = state
             .resume
             .advance(request.carries, request.committed_tokens)?;
@@ -443,21 +467,50 @@ impl Drafter for RemoteSession<'_> {
             output_index_base: u32::try_from(request.output_index_base)
                 .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
             carry: Some(carry),
-            predraft: self.predraft.is_some(),
-            predraft_branches: self.predraft.as_ref().map_or(0, |p| {
-                p.branches
-                    .min(u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX))
-            }),
+            predraft,
+            predraft_branches: match &self.predraft {
+                Some(p) if predraft => p
+                    .branches
+                    .min(u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX)),
+                _ => 0,
+            },
         };
+        let started = Instant::now();
         match self.draft_on(&lease, wire.clone()).await {
             Ok((drafts, hit, branch_hit)) => {
-                if let (Some(predraft), true) = (&self.predraft, state.predrafting) {
-                    predraft.counts.record(hit, branch_hit);
+                let answered = Instant::now();
+                if let Some(predrafting) = &self.predraft {
+                    if state.predrafting {
+                        predrafting.counts.record(hit, branch_hit);
+                    }
+                    if state.rounds > 0 && state.predrafting != predraft {
+                        predrafting.counts.switched();
+                    }
+                    if let Some(last) = state
+                        .last_answer
+                        .filter(|l| one_round && l.url == lease.url())
+                    {
+                        predrafting.overlap.record(
+                            lease.url(),
+                            RoundCost {
+                                predrafted: last.predrafting,
+                                rows: last.rows,
+                                verify: started.saturating_duration_since(last.at),
+                                draft: answered.saturating_duration_since(started),
+                            },
+                        );
+                    }
                 }
                 let mut live = self.state();
                 live.rounds = wire_round;
                 live.resume = resume;
-                live.predrafting = wire.predraft;
+                live.predrafting = predraft;
+                live.last_answer = Some(DraftAnswer {
+                    at: answered,
+                    url: lease.url().to_owned(),
+                    rows: drafts.len() + 1,
+                    predrafting: predraft,
+                });
                 Ok(drafts)
             }
             Err(failure) => {

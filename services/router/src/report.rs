@@ -93,6 +93,7 @@ impl RequestFacts {
             predraft_hits: self.predraft.hits(),
             predraft_misses: self.predraft.misses(),
             predraft_branch_hits: self.predraft.branch_hits(),
+            overlap_switches: self.predraft.switches(),
             cached_prompt_tokens: saturate(spec.cached_prompt_tokens),
             seed: self.seed,
             time_to_first_token_ms: transcript

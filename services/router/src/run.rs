@@ -18,6 +18,7 @@ use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
 use crate::in_process::{loop_status, run_in_process, InProcessEngine};
+use crate::overlap::{Overlap, OverlapMode};
 use crate::predraft::{PredraftCounts, Predrafting};
 use crate::remote_drafter::RemoteSession;
 use crate::remote_verifier::{RemoteSequence, SequenceOptions};
@@ -41,6 +42,8 @@ pub struct RouterState {
     pub(crate) drafters: Drafters,
     pub(crate) text: Arc<TargetText>,
     pub(crate) admission: Arc<Admission>,
+    /// Whether drafters pre-draft, per drafter, from what the rounds measured.
+    pub(crate) overlap: Arc<Overlap>,
     next_id: AtomicU64,
 }
 
@@ -81,6 +84,7 @@ impl RouterState {
         Self {
             backend,
             limits,
+            overlap: Arc::new(Overlap::new(config.overlap)),
             config,
             drafters,
             text,
@@ -187,9 +191,11 @@ impl RouterState {
                             &verifier,
                             scope.deadline,
                             scope.resyncs.clone(),
-                            self.config.overlap.then(|| Predrafting {
+                            (self.config.overlap != OverlapMode::Off).then(|| Predrafting {
                                 counts: scope.predraft.clone(),
                                 branches: self.config.predraft_branches,
+                                overlap: self.overlap.clone(),
+                                verifiers: verifiers.placements().into(),
                             }),
                         );
                         match &self.drafters {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use specd_wire::limits::WithMessageLimits;
+use specd_wire::placement::Placement;
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest, VerifierStatsResponse};
 use tokio::sync::watch;
 use tonic::transport::Channel;
@@ -87,6 +88,8 @@ pub struct Replica {
     mismatched: AtomicBool,
     /// Sequences placed here since the last Stats (which do not count them yet).
     placed_since_stats: AtomicUsize,
+    /// Where the replica runs, from its last Stats.
+    placement: Mutex<Option<Placement>>,
 }
 
 impl Replica {
@@ -109,6 +112,7 @@ impl Replica {
             load: Mutex::new(None),
             mismatched: AtomicBool::new(false),
             placed_since_stats: AtomicUsize::new(0),
+            placement: Mutex::new(None),
         })
     }
 
@@ -328,6 +332,14 @@ impl VerifierPool {
         self.update_reachable();
     }
 
+    /// Where the replicas that said so run.
+    pub fn placements(&self) -> Vec<Placement> {
+        self.replicas()
+            .iter()
+            .filter_map(|replica| lock(&replica.placement).clone())
+            .collect()
+    }
+
     /// Reads every replica's Stats once, all at the same time.
     async fn refresh(&self) {
         let replicas = self.replicas();
@@ -355,6 +367,9 @@ impl VerifierPool {
             kv_bytes: stats.kv_bytes,
             kv_capacity_bytes: stats.kv_capacity_bytes,
         };
+        if stats.placement.is_some() {
+            *lock(&replica.placement) = stats.placement.clone();
+        }
         let serves = TargetLimits::from(stats);
         let mismatched = serves.vocab_size != self.target.vocab_size
             || serves.model != self.target.model

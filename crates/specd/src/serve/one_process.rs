@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use specd_core::{Drafter, HybridDrafter, NgramDrafter};
 use specd_models::ModelSource;
+use specd_router::overlap::OverlapMode;
 use specd_router::{GenerationService, InProcessEngine};
 use specd_text::TargetText;
 use specd_verifier::{BatchVerifier, Gemma4Target, Qwen2Target, TargetCarry, TargetModel};
@@ -81,7 +82,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
     let text = target_text(&target);
     let config = args
         .api
-        .config(&args.limits, &args.listener, false, 0, 0, None)?;
+        .config(&args.limits, &args.listener, OverlapMode::Off, 0, 0, None)?;
     let service = GenerationService::in_process(engine, text, config);
     serve_api(service, args.listen, &args.api).await
 }

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::NgramConfig;
+use specd_router::overlap::OverlapMode;
 use specd_router::{
     serve, serve_http, ApiKeys, DraftSource, DrafterDns, GenerationService, PrefixCacheScope,
     RequestLimits, RouterConfig, TargetText, VerifierDns, VerifierSource,
@@ -18,11 +19,22 @@ use specd_wire::tls::ClientTls;
 use super::listen::{bind, bind_http, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
 
-/// A setting that is on or off.
+/// `--overlap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
+pub enum OverlapArg {
+    Auto,
     On,
     Off,
+}
+
+impl OverlapArg {
+    pub fn mode(self) -> OverlapMode {
+        match self {
+            OverlapArg::Auto => OverlapMode::Auto,
+            OverlapArg::On => OverlapMode::On,
+            OverlapArg::Off => OverlapMode::Off,
+        }
+    }
 }
 
 /// `--prefix-cache-scope`.
@@ -96,11 +108,13 @@ pub struct RouterArgs {
     /// max_tokens or a stop.
     #[arg(long, env = "SPECD_TARGET")]
     pub target: Option<PathBuf>,
-    /// Draft-model drafters pre-draft the next round while the verifier verifies this one
-    /// (`on`), or draft only when asked (`off`). Output is the same either way.
-    #[arg(long, env = "SPECD_OVERLAP", value_enum, default_value_t = Switch::On)]
-    pub overlap: Switch,
-    /// With overlap on: likely rejections a draft-model drafter also pre-drafts (the drafts
+    /// Whether draft-model drafters pre-draft the next round while the verifier verifies
+    /// this one: `auto` measures, per drafter, whether pre-drafts slow verification more
+    /// than they save (a drafter on the verifier's cores starts off) and probes the other
+    /// choice now and then; `on` always, `off` never. Output is the same either way.
+    #[arg(long, env = "SPECD_OVERLAP", value_enum, default_value_t = OverlapArg::Auto)]
+    pub overlap: OverlapArg,
+    /// When pre-drafting: likely rejections a draft-model drafter also pre-drafts (the drafts
     /// accepted up to a point, then its second choice there), batched with the
     /// all-accepted pre-draft. Each holds a copy of the session's K/V on the drafter.
     #[arg(long, env = "SPECD_PREDRAFT_BRANCHES", default_value_t = 1)]
@@ -182,7 +196,7 @@ impl ApiArgs {
         &self,
         limits: &LimitArgs,
         listener: &ListenerArgs,
-        overlap: bool,
+        overlap: OverlapMode,
         predraft_branches: u32,
         max_snapshot_bytes: usize,
         upstream_tls: Option<ClientTls>,
@@ -371,7 +385,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
     let config = args.api.config(
         &args.limits,
         &args.listener,
-        args.overlap == Switch::On,
+        args.overlap.mode(),
         args.predraft_branches,
         args.max_snapshot_bytes,
         upstream_tls,

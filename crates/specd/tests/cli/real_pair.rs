@@ -211,7 +211,9 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
         args.extend_from_slice(extra);
         Service::start(&args)
     };
-    let draft_model = routed(&["--drafters", &drafter.url]);
+    // Overlap forced on: on one machine `auto` starts without pre-drafting, and this checks
+    // that pre-drafts are used and change nothing.
+    let draft_model = routed(&["--drafters", &drafter.url, "--overlap", "on"]);
     let ngram = routed(&["--draft", "ngram"]);
     let mut draft_model = GenerationClient::new(draft_model.channel().await);
     let mut ngram = GenerationClient::new(ngram.channel().await);
@@ -250,7 +252,7 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
             stats.accepted > 0,
             "the 0.5B drafter should get drafts accepted: {stats:?}"
         );
-        // The router overlaps by default: the drafter pre-drafted every round but the first.
+        // Overlap on: the drafter pre-drafted every round but the first.
         assert!(
             stats.predraft_hits + stats.predraft_misses > 0,
             "no round asked for a pre-draft: {stats:?}"

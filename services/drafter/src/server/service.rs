@@ -10,6 +10,7 @@ use specd_wire::drafter::{
     DrafterStatsResponse, OpenRequest, OpenResponse,
 };
 use specd_wire::ids::WireId;
+use specd_wire::placement::Placement;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -206,6 +207,7 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
             prefix_cache_capacity_bytes: prefixes.capacity_bytes as u64,
             prefix_cache_hit_tokens: prefixes.totals.hit_tokens,
             prefix_cache_lookups: prefixes.totals.lookups,
+            placement: Some(Placement::of_this_process()),
         }))
     }
 }

@@ -183,6 +183,7 @@ fn specd(ending: &Ending) -> Value {
         "predraft_hits": stats.predraft_hits,
         "predraft_misses": stats.predraft_misses,
         "predraft_branch_hits": stats.predraft_branch_hits,
+        "overlap_switches": stats.overlap_switches,
         "seed": stats.seed,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
         "total_time_ms": stats.total_time_ms,

@@ -1,11 +1,13 @@
 //! Overlapped drafting end to end: a draft-model drafter service (a tiny random Qwen2 GGUF
 //! sharing the fixture's 256-token vocabulary) pre-drafts while the verifier verifies. The
 //! output is the same with overlap on and off, with and without rejection branches, and
-//! the stats count the pre-drafts.
+//! the stats count the pre-drafts. In `auto`, a drafter on the verifier's cores starts
+//! without pre-drafting and the router probes pre-drafting after a few rounds.
 
 use candle_core::Device;
 use specd_drafter::DraftModelEngine;
 use specd_models::qwen2::Qwen2Model;
+use specd_router::overlap::{OverlapMode, FIRST_PROBE_AFTER};
 use specd_router::{DraftSource, RouterConfig};
 use specd_wire::generation::GenerationClient;
 
@@ -29,9 +31,9 @@ async fn overlap_changes_the_stats_and_nothing_else() {
         start_router_with(&verifier, source, &target, config)
     };
     let (on, branched, off) = (
-        router(true, 0).await,
-        router(true, 8).await,
-        router(false, 8).await,
+        router(OverlapMode::On, 0).await,
+        router(OverlapMode::On, 8).await,
+        router(OverlapMode::Off, 8).await,
     );
     let mut on = GenerationClient::new(on.channel().await);
     let mut branched = GenerationClient::new(branched.channel().await);
@@ -70,4 +72,35 @@ async fn overlap_changes_the_stats_and_nothing_else() {
         );
         assert_eq!(without.predraft_hits + without.predraft_misses, 0);
     }
+}
+
+#[tokio::test]
+async fn auto_overlap_starts_off_beside_the_verifier_and_probes_pre_drafting() {
+    let file = TempGguf::tiny("router-overlap-auto", &TinySpec::default());
+    let model = Qwen2Model::load(file.path(), &Device::Cpu).unwrap();
+    let drafter = start_drafter(DraftModelEngine::new(model, "tiny".into(), 8)).await;
+    let verifier = start_verifier(64).await;
+    let target = fixture("target-full");
+    let config = RouterConfig {
+        overlap: OverlapMode::Auto,
+        ..RouterConfig::default()
+    };
+    let source = DraftSource::Remote(vec![drafter.url()]);
+    let router = start_router_with(&verifier, source, &target, config).await;
+    let mut client = GenerationClient::new(router.channel().await);
+    // One draft a round: enough rounds for the first probe.
+    let request = |block| with_block(ids_request(&PROMPT, 48), block, block.is_none());
+    let plain = generate(&mut client, request(None)).await.unwrap();
+    let auto = generate(&mut client, request(Some(2))).await.unwrap();
+    assert_eq!(auto.token_ids, plain.token_ids);
+    let stats = auto.stats.unwrap();
+    let rounds = stats.rounds - stats.plain_rounds;
+    assert!(rounds > FIRST_PROBE_AFTER + 2, "{stats:?}");
+    // The drafter runs on this machine's cores, as the verifier does: the first call and
+    // the next FIRST_PROBE_AFTER (whose rounds are measured) ask for no pre-draft; the
+    // probe that follows does, and switches the request's pre-drafting on.
+    let asked = stats.predraft_hits + stats.predraft_misses;
+    assert!(asked > 0, "no probe: {stats:?}");
+    assert!(asked < rounds - FIRST_PROBE_AFTER, "{stats:?}");
+    assert!(stats.overlap_switches >= 1, "{stats:?}");
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use specd_wire::placement::Placement;
 use specd_wire::verifier::{
     PrefillRequest, ReleaseRequest, ReleaseResponse, SnapshotRequest, TruncateRequest,
     TruncateResponse, Verifier, VerifierStatsRequest, VerifierStatsResponse, VerifyRequest,
@@ -164,6 +165,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
                 prefix_cache_hit_tokens: totals.hit_tokens,
                 prefix_cache_lookups: totals.lookups,
                 prefix_cache_evictions: totals.evictions,
+                placement: Some(Placement::of_this_process()),
             })
         })
         .await
