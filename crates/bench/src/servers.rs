@@ -38,7 +38,7 @@ pub fn verifier<T: TargetModel>(local: Arc<LocalVerifier<T>>) -> Result<String> 
 
 pub fn drafter<E: DraftEngine>(engine: Arc<E>) -> Result<String> {
     let (incoming, url) = loopback()?;
-    let service = DrafterService::new(engine, DrafterServerConfig::default());
+    let service = DrafterService::new(engine, DrafterServerConfig::default())?;
     tokio::spawn(async move {
         if let Err(error) = specd_drafter::serve(service, incoming, std::future::pending()).await {
             tracing::error!(%error, "benchmark drafter stopped");

@@ -168,6 +168,29 @@ pub trait DraftEngine: Send + Sync + 'static {
     /// Proposes up to `step.count` tokens after the bonus (fewer when it stops early).
     fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError>;
 
+    /// [`Self::draft`] for several sessions at once, answers in their order. An engine
+    /// that can runs every session's draft steps in one packed forward per step; the
+    /// drafts are the same as one session at a time.
+    fn draft_many(
+        &self,
+        jobs: &mut [(&mut Self::Session, DraftStep)],
+    ) -> Vec<Result<Vec<u32>, EngineError>> {
+        jobs.iter_mut()
+            .map(|(session, step)| self.draft(session, *step))
+            .collect()
+    }
+
+    /// [`Self::predraft_step`] for several sessions at once (each with its own `count`),
+    /// answers in their order; in one packed forward where the engine can.
+    fn predraft_many(
+        &self,
+        jobs: &mut [(&mut Self::Session, usize)],
+    ) -> Vec<Result<bool, EngineError>> {
+        jobs.iter_mut()
+            .map(|(session, count)| self.predraft_step(session, *count))
+            .collect()
+    }
+
     /// Pre-drafts the next round one more token while the target verifies this one,
     /// assuming every draft is accepted and the target's next token is the drafter's own: up
     /// to `count + 1` tokens (that token and `count` drafts after it). With

@@ -136,7 +136,7 @@ async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<(
         serving: args.listener.options()?,
         ..DrafterServerConfig::default()
     };
-    let service = DrafterService::new(Arc::new(engine), config);
+    let service = DrafterService::new(Arc::new(engine), config)?;
     let incoming = bind(args.listen, "drafter")?;
     serve(service, incoming, shutdown_signal()).await?;
     Ok(())

@@ -216,19 +216,6 @@ impl<M: CausalLm> DraftModelEngine<M> {
         }
         Ok(ranked)
     }
-
-    fn next_token(
-        &self,
-        tokens: &[u32],
-        cache: &mut M::Cache,
-        runner_up: bool,
-    ) -> Result<Ranked, EngineError> {
-        let mut rows = [SeqBlock { cache, tokens }];
-        let mut ranked = self.next_tokens(&mut rows, runner_up)?;
-        ranked
-            .pop()
-            .ok_or_else(|| EngineError::Internal("the draft model returned no token".into()))
-    }
 }
 
 impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
@@ -360,72 +347,64 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
     }
 
     fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError> {
-        let vocab = self.model.vocab_size();
-        if step.bonus as usize >= vocab {
-            return Err(EngineError::invalid(
-                "draft.bonus",
-                format!("token id {} is not below {vocab}", step.bonus),
-            ));
-        }
-        let runner_ups = step.branches > 0;
-        // Copies kept for branches this round will not make are given back.
-        session.spares.truncate(step.branches);
-        let mut predraft = std::mem::take(&mut session.predraft);
-        session.start = DraftStart::Fresh;
-        let candidate = session.candidate.take();
-        if session.pending.is_empty() {
-            if predraft.first().map(|r| r.best.0) == Some(step.bonus) {
-                session.start = DraftStart::Predraft;
-            } else if let Some(branch) = candidate {
-                if branch.predraft.first().map(|r| r.best.0) == Some(step.bonus) {
-                    // The target rejected where the branch assumed, with its correction: the
-                    // branch's cache becomes the session's.
-                    let old = std::mem::replace(&mut session.cache, branch.cache);
-                    let committed = self.model.cache_len(&old);
-                    session.spare(old, committed);
-                    predraft = branch.predraft;
-                    session.start = DraftStart::Branch;
-                } else {
-                    session.spare(branch.cache, branch.committed);
+        let mut jobs = [(session, step)];
+        self.draft_many(&mut jobs)
+            .pop()
+            .unwrap_or_else(|| Err(EngineError::Internal("no draft was made".into())))
+    }
+
+    fn draft_many(
+        &self,
+        jobs: &mut [(&mut Self::Session, DraftStep)],
+    ) -> Vec<Result<Vec<u32>, EngineError>> {
+        let mut begun: Vec<Result<DraftJob, EngineError>> = jobs
+            .iter_mut()
+            .map(|(session, step)| self.begin_draft(session, *step))
+            .collect();
+        let runner_ups = jobs.iter().any(|(_, step)| step.branches > 0);
+        // One packed forward per draft step: every session still short of its drafts feeds
+        // its next tokens (the first step: its pending committed tokens and the bonus).
+        loop {
+            let mut fed = Vec::with_capacity(jobs.len());
+            let outcome = {
+                let mut rows = Vec::with_capacity(jobs.len());
+                for (i, ((session, _), job)) in jobs.iter_mut().zip(&begun).enumerate() {
+                    if let Ok(job) = job {
+                        if job.drafts.len() < job.step.count {
+                            rows.push(SeqBlock {
+                                cache: &mut session.cache,
+                                tokens: &job.feed,
+                            });
+                            fed.push(i);
+                        }
+                    }
+                }
+                if rows.is_empty() {
+                    break;
+                }
+                self.next_tokens(&mut rows, runner_ups)
+            };
+            match outcome {
+                Ok(ranked) => {
+                    for (i, ranked) in fed.into_iter().zip(ranked) {
+                        if let Some(Ok(job)) = begun.get_mut(i) {
+                            job.feed = vec![ranked.best.0];
+                            job.drafts.push(ranked);
+                        }
+                    }
+                }
+                Err(error) => {
+                    let message = error.to_string();
+                    for i in fed {
+                        begun[i] = Err(EngineError::Internal(message.clone()));
+                    }
                 }
             }
-        } else if let Some(branch) = candidate {
-            session.spare(branch.cache, branch.committed);
         }
-        // On a hit the pre-drafted tokens after the bonus are this round's first drafts.
-        let mut drafts: Vec<Ranked> = if session.start == DraftStart::Fresh {
-            Vec::new()
-        } else {
-            predraft.into_iter().skip(1).take(step.count).collect()
-        };
-        if session.pending.is_empty() {
-            // The cache holds the committed tokens and whatever a pre-draft fed after them
-            // (the bonus and the pre-drafted tokens but the last); keep what drafting the
-            // reused drafts would have fed: the bonus and all of them but the last.
-            self.model
-                .truncate(&mut session.cache, session.committed_len + drafts.len())
-                .map_err(internal)?;
-        }
-        if drafts.is_empty() {
-            let mut feed = std::mem::take(&mut session.pending);
-            feed.push(step.bonus);
-            drafts.push(self.next_token(&feed, &mut session.cache, runner_ups)?);
-        }
-        session.speculated = std::iter::once(step.bonus)
-            .chain(drafts.iter().map(|r| r.best.0))
-            .take(drafts.len())
-            .collect();
-        while drafts.len() < step.count {
-            let last = drafts[drafts.len() - 1].best.0;
-            let next = self.next_token(&[last], &mut session.cache, runner_ups)?;
-            session.speculated.push(last);
-            drafts.push(next);
-        }
-        session.round_len = 1 + drafts.len();
-        session.branch_width = step.branches;
-        let tokens = drafts.iter().map(|r| r.best.0).collect();
-        session.drafts = drafts;
-        Ok(tokens)
+        jobs.iter_mut()
+            .zip(begun)
+            .map(|((session, _), job)| job.map(|job| end_draft(session, job)))
+            .collect()
     }
 
     fn predraft_step(
@@ -433,65 +412,58 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         session: &mut Self::Session,
         count: usize,
     ) -> Result<bool, EngineError> {
-        if !session.branched {
-            session.branched = true;
-            self.start_branches(session)?;
-        }
-        let runner_ups = session.branch_width > 0;
-        // The last pre-drafted token of every pre-draft still short of `count + 1` tokens
-        // (for the all-accepted one, the round's last draft to begin with).
-        let main_feed: Option<[u32; 1]> = if session.predraft.len() > count {
-            None
-        } else {
-            session
-                .predraft
-                .last()
-                .or(session.drafts.last())
-                .map(|r| [r.best.0])
-        };
-        let branch_feeds: Vec<Option<[u32; 1]>> = session
-            .branches
-            .iter()
-            .map(|b| {
-                (b.predraft.len() <= count)
-                    .then(|| b.predraft.last().map(|r| [r.best.0]))
-                    .flatten()
-            })
+        let mut jobs = [(session, count)];
+        self.predraft_many(&mut jobs)
+            .pop()
+            .unwrap_or_else(|| Err(EngineError::Internal("no pre-draft was made".into())))
+    }
+
+    fn predraft_many(
+        &self,
+        jobs: &mut [(&mut Self::Session, usize)],
+    ) -> Vec<Result<bool, EngineError>> {
+        let mut feeds: Vec<Result<Option<PredraftFeeds>, EngineError>> = jobs
+            .iter_mut()
+            .map(|(session, count)| self.predraft_feeds(session, *count))
             .collect();
-        if main_feed.is_none() && branch_feeds.iter().all(Option::is_none) {
-            return Ok(false);
-        }
-        let DraftModelSession {
-            cache, branches, ..
-        } = &mut *session;
-        let mut rows = Vec::with_capacity(1 + branches.len());
-        if let Some(token) = &main_feed {
-            rows.push(SeqBlock {
-                cache,
-                tokens: token,
-            });
-        }
-        for (branch, feed) in branches.iter_mut().zip(&branch_feeds) {
-            if let Some(token) = feed {
-                rows.push(SeqBlock {
-                    cache: &mut branch.cache,
-                    tokens: token,
-                });
+        let runner_ups = jobs.iter().any(|(session, _)| session.branch_width > 0);
+        // Every session's pre-drafts (the all-accepted one and its branches) in one forward.
+        let outcome = {
+            let mut rows = Vec::new();
+            for ((session, _), feed) in jobs.iter_mut().zip(&feeds) {
+                if let Ok(Some(feed)) = feed {
+                    feed.push_rows(session, &mut rows);
+                }
             }
-        }
-        // One token per row, in the order of the rows (checked by `next_tokens`).
-        let mut next = self.next_tokens(&mut rows, runner_ups)?.into_iter();
-        if let Some([token]) = main_feed {
-            if let Some(ranked) = next.next() {
-                session.speculated.push(token);
-                session.predraft.push(ranked);
+            if rows.is_empty() {
+                None
+            } else {
+                Some(self.next_tokens(&mut rows, runner_ups))
             }
+        };
+        match outcome {
+            Some(Ok(ranked)) => {
+                let mut ranked = ranked.into_iter();
+                for ((session, _), feed) in jobs.iter_mut().zip(&feeds) {
+                    if let Ok(Some(feed)) = feed {
+                        feed.take(session, &mut ranked);
+                    }
+                }
+            }
+            Some(Err(error)) => {
+                let message = error.to_string();
+                for feed in &mut feeds {
+                    if matches!(feed, Ok(Some(_))) {
+                        *feed = Err(EngineError::Internal(message.clone()));
+                    }
+                }
+            }
+            None => {}
         }
-        let fed = session.branches.iter_mut().zip(&branch_feeds);
-        for ((branch, _), ranked) in fed.filter(|(_, feed)| feed.is_some()).zip(next) {
-            branch.predraft.push(ranked);
-        }
-        Ok(true)
+        feeds
+            .into_iter()
+            .map(|feed| feed.map(|feed| feed.is_some()))
+            .collect()
     }
 
     fn predraft_hit(&self, session: &Self::Session) -> bool {
@@ -535,7 +507,187 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
     }
 }
 
+/// A draft in progress: the drafts so far and what the next forward feeds.
+struct DraftJob {
+    step: DraftStep,
+    drafts: Vec<Ranked>,
+    /// Tokens the session's next forward feeds.
+    feed: Vec<u32>,
+}
+
+/// Ends a draft once every forward ran: what the cache now holds past the committed tokens
+/// (the bonus and every draft but the last) and what the next round's carry and pre-draft
+/// read.
+fn end_draft<C>(session: &mut DraftModelSession<C>, job: DraftJob) -> Vec<u32> {
+    let DraftJob { step, drafts, .. } = job;
+    session.speculated = std::iter::once(step.bonus)
+        .chain(drafts.iter().map(|r| r.best.0))
+        .take(drafts.len())
+        .collect();
+    session.round_len = 1 + drafts.len();
+    session.branch_width = step.branches;
+    let tokens = drafts.iter().map(|r| r.best.0).collect();
+    session.drafts = drafts;
+    tokens
+}
+
+/// One pre-draft step of a session: the token each of its pre-drafts still short of its
+/// length feeds next (the all-accepted one first, then the branches in order).
+struct PredraftFeeds {
+    main: Option<[u32; 1]>,
+    branches: Vec<Option<[u32; 1]>>,
+}
+
+impl PredraftFeeds {
+    /// Adds the session's rows to a packed forward.
+    fn push_rows<'a, C>(
+        &'a self,
+        session: &'a mut DraftModelSession<C>,
+        rows: &mut Vec<SeqBlock<'a, C>>,
+    ) {
+        let DraftModelSession {
+            cache, branches, ..
+        } = session;
+        if let Some(token) = &self.main {
+            rows.push(SeqBlock {
+                cache,
+                tokens: token,
+            });
+        }
+        for (branch, feed) in branches.iter_mut().zip(&self.branches) {
+            if let Some(token) = feed {
+                rows.push(SeqBlock {
+                    cache: &mut branch.cache,
+                    tokens: token,
+                });
+            }
+        }
+    }
+
+    /// Takes the session's tokens from the forward's, in the order of its rows.
+    fn take<C>(
+        &self,
+        session: &mut DraftModelSession<C>,
+        ranked: &mut impl Iterator<Item = Ranked>,
+    ) {
+        if let Some([token]) = self.main {
+            if let Some(next) = ranked.next() {
+                session.speculated.push(token);
+                session.predraft.push(next);
+            }
+        }
+        for (branch, feed) in session.branches.iter_mut().zip(&self.branches) {
+            if feed.is_some() {
+                if let Some(next) = ranked.next() {
+                    branch.predraft.push(next);
+                }
+            }
+        }
+    }
+}
+
 impl<M: CausalLm> DraftModelEngine<M> {
+    /// Everything a draft does before its first forward: checks the bonus, starts from the
+    /// pre-draft (or a rejection branch) when the target went the way it assumed, and sets
+    /// what the first forward feeds.
+    fn begin_draft(
+        &self,
+        session: &mut DraftModelSession<M::Cache>,
+        step: DraftStep,
+    ) -> Result<DraftJob, EngineError> {
+        let vocab = self.model.vocab_size();
+        if step.bonus as usize >= vocab {
+            return Err(EngineError::invalid(
+                "draft.bonus",
+                format!("token id {} is not below {vocab}", step.bonus),
+            ));
+        }
+        // Copies kept for branches this round will not make are given back.
+        session.spares.truncate(step.branches);
+        let mut predraft = std::mem::take(&mut session.predraft);
+        session.start = DraftStart::Fresh;
+        let candidate = session.candidate.take();
+        if session.pending.is_empty() {
+            if predraft.first().map(|r| r.best.0) == Some(step.bonus) {
+                session.start = DraftStart::Predraft;
+            } else if let Some(branch) = candidate {
+                if branch.predraft.first().map(|r| r.best.0) == Some(step.bonus) {
+                    // The target rejected where the branch assumed, with its correction: the
+                    // branch's cache becomes the session's.
+                    let old = std::mem::replace(&mut session.cache, branch.cache);
+                    let committed = self.model.cache_len(&old);
+                    session.spare(old, committed);
+                    predraft = branch.predraft;
+                    session.start = DraftStart::Branch;
+                } else {
+                    session.spare(branch.cache, branch.committed);
+                }
+            }
+        } else if let Some(branch) = candidate {
+            session.spare(branch.cache, branch.committed);
+        }
+        // On a hit the pre-drafted tokens after the bonus are this round's first drafts.
+        let drafts: Vec<Ranked> = if session.start == DraftStart::Fresh {
+            Vec::new()
+        } else {
+            predraft.into_iter().skip(1).take(step.count).collect()
+        };
+        if session.pending.is_empty() {
+            // The cache holds the committed tokens and whatever a pre-draft fed after them
+            // (the bonus and the pre-drafted tokens but the last); keep what drafting the
+            // reused drafts would have fed: the bonus and all of them but the last.
+            self.model
+                .truncate(&mut session.cache, session.committed_len + drafts.len())
+                .map_err(internal)?;
+        }
+        let feed = match drafts.last() {
+            Some(last) => vec![last.best.0],
+            None => {
+                let mut feed = std::mem::take(&mut session.pending);
+                feed.push(step.bonus);
+                feed
+            }
+        };
+        Ok(DraftJob { step, drafts, feed })
+    }
+
+    /// What the session's next pre-draft step feeds (setting up its branches first);
+    /// `None` once every pre-draft has `count + 1` tokens.
+    fn predraft_feeds(
+        &self,
+        session: &mut DraftModelSession<M::Cache>,
+        count: usize,
+    ) -> Result<Option<PredraftFeeds>, EngineError> {
+        if !session.branched {
+            session.branched = true;
+            self.start_branches(session)?;
+        }
+        // The last pre-drafted token of every pre-draft still short of `count + 1` tokens
+        // (for the all-accepted one, the round's last draft to begin with).
+        let main = if session.predraft.len() > count {
+            None
+        } else {
+            session
+                .predraft
+                .last()
+                .or(session.drafts.last())
+                .map(|r| [r.best.0])
+        };
+        let branches: Vec<Option<[u32; 1]>> = session
+            .branches
+            .iter()
+            .map(|b| {
+                (b.predraft.len() <= count)
+                    .then(|| b.predraft.last().map(|r| [r.best.0]))
+                    .flatten()
+            })
+            .collect();
+        if main.is_none() && branches.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(Some(PredraftFeeds { main, branches }))
+    }
+
     /// Copies the session's cache up to each chosen rejection point into a branch (a spare
     /// cache where there is one, so only the positions it lacks are copied). Without
     /// branches where the model's caches cannot be copied.

@@ -9,11 +9,10 @@ use specd_wire::tensor::{decode_checked, Dim};
 use tonic::Status;
 
 use super::open::check_ids;
-use super::sessions::{SessionEntry, SharedEntry, StepKey};
+use super::sessions::{SessionEntry, StepKey};
 use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
 use crate::wire_kv::{committed_kv, model_hidden};
-use specd_core::sync::lock;
 
 /// Checks that need no session state: count, bonus and carry kind.
 pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result<(), Status> {
@@ -54,14 +53,20 @@ pub(crate) struct Drafted {
     pub branch_hit: bool,
 }
 
-/// Runs one Draft on a session. Blocking; holds the session for the whole round.
-pub(crate) fn draft_round<E: DraftEngine>(
+/// A Draft once its round's carry is applied: answered already (a retry of a drafted
+/// round), or to be drafted.
+pub(crate) enum Prepared {
+    Answered(Drafted),
+    Draft { step: DraftStep, key: StepKey },
+}
+
+/// Checks a Draft against its session and applies its carry. Blocking.
+pub(crate) fn prepare_round<E: DraftEngine>(
     engine: &E,
     info: &EngineInfo,
-    entry: &SharedEntry<E::Session>,
-    request: DraftRequest,
-) -> Result<Drafted, Status> {
-    let mut entry = lock(entry);
+    entry: &mut SessionEntry<E::Session>,
+    request: &DraftRequest,
+) -> Result<Prepared, Status> {
     entry.last_used = Instant::now();
     let key = StepKey {
         bonus: request.bonus,
@@ -79,19 +84,18 @@ pub(crate) fn draft_round<E: DraftEngine>(
                     request.round
                 )));
             }
-            return Ok(Drafted {
+            return Ok(Prepared::Answered(Drafted {
                 drafts: drafts.clone(),
                 predraft_hit: false,
                 branch_hit: false,
-            });
+            }));
         }
         // The carry of this round was applied but drafting failed: draft again.
     } else if request.round == next {
-        let carry = decode_carry(&request, info, engine.device())?;
-        check_continues(engine, &entry, &carry)?;
-        check_position(engine, &entry, carry.committed_rows(), request.position)?;
-        let SessionEntry { session, .. } = &mut *entry;
-        engine.apply(session, carry).map_err(status_of)?;
+        let carry = decode_carry(request, info, engine.device())?;
+        check_continues(engine, entry, &carry)?;
+        check_position(engine, entry, carry.committed_rows(), request.position)?;
+        engine.apply(&mut entry.session, carry).map_err(status_of)?;
         entry.applied_round = next;
         entry.answer = None;
     } else {
@@ -100,7 +104,7 @@ pub(crate) fn draft_round<E: DraftEngine>(
             entry.applied_round, request.round
         )));
     }
-    check_position(engine, &entry, 0, request.position)?;
+    check_position(engine, entry, 0, request.position)?;
     let step = DraftStep {
         bonus: request.bonus,
         position: request.position as usize,
@@ -108,11 +112,21 @@ pub(crate) fn draft_round<E: DraftEngine>(
         output_index_base: u64::from(request.output_index_base),
         branches: request.predraft_branches as usize,
     };
-    let SessionEntry { session, .. } = &mut *entry;
-    let mut drafts = engine.draft(session, step).map_err(status_of)?;
+    Ok(Prepared::Draft { step, key })
+}
+
+/// Records what the engine drafted for a prepared round, for retries, and answers it.
+pub(crate) fn finish_round<E: DraftEngine>(
+    engine: &E,
+    entry: &mut SessionEntry<E::Session>,
+    step: DraftStep,
+    key: StepKey,
+    drafted: Result<Vec<u32>, crate::engine::EngineError>,
+) -> Result<Drafted, Status> {
+    let mut drafts = drafted.map_err(status_of)?;
     let (predraft_hit, branch_hit) = (
-        engine.predraft_hit(session),
-        engine.predraft_branch_hit(session),
+        engine.predraft_hit(&entry.session),
+        engine.predraft_branch_hit(&entry.session),
     );
     drafts.truncate(step.count);
     entry.answer = Some((key, drafts.clone()));
@@ -121,33 +135,6 @@ pub(crate) fn draft_round<E: DraftEngine>(
         predraft_hit,
         branch_hit,
     })
-}
-
-/// Pre-drafts the round after `round` one token at a time, taking the session for each
-/// step only, until the pre-draft is complete or the next Draft has applied its round.
-/// Blocking.
-pub(crate) fn predraft<E: DraftEngine>(
-    engine: &E,
-    entry: &SharedEntry<E::Session>,
-    round: u64,
-    count: usize,
-) {
-    loop {
-        let mut entry = lock(entry);
-        if entry.applied_round != round {
-            return;
-        }
-        let SessionEntry { session, .. } = &mut *entry;
-        match engine.predraft_step(session, count) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(error) => {
-                // The next Draft finds no usable pre-draft and drafts as usual.
-                tracing::warn!(%error, "pre-drafting failed");
-                return;
-            }
-        }
-    }
 }
 
 /// An MTP delta must start where the session's rows end (a lost or repeated delta shows

@@ -14,8 +14,9 @@ use specd_wire::placement::Placement;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::batcher::DraftBatcher;
 use super::config::DrafterServerConfig;
-use super::draft_round::{check_request, draft_round};
+use super::draft_round::check_request;
 use super::open::{receive_open, session_to_open};
 use super::sessions::Sessions;
 use super::status::{join_failed, status_of};
@@ -26,20 +27,25 @@ pub struct DrafterService<E: DraftEngine> {
     engine: Arc<E>,
     info: EngineInfo,
     sessions: Arc<Sessions<E::Session>>,
+    /// The thread every session's drafts and pre-drafts run on, batched.
+    batcher: DraftBatcher<E::Session>,
     /// Places for Opens in progress.
     opening: Arc<Semaphore>,
     config: DrafterServerConfig,
 }
 
 impl<E: DraftEngine> DrafterService<E> {
-    pub fn new(engine: Arc<E>, config: DrafterServerConfig) -> Self {
-        Self {
-            info: engine.info(),
+    /// The service of `engine`; fails only when its drafting thread cannot be started.
+    pub fn new(engine: Arc<E>, config: DrafterServerConfig) -> std::io::Result<Self> {
+        let info = engine.info();
+        Ok(Self {
+            batcher: DraftBatcher::start(engine.clone(), info.clone())?,
+            info,
             engine,
             sessions: Arc::new(Sessions::new()),
             opening: Arc::new(Semaphore::new(config.max_concurrent_opens.max(1))),
             config,
-        }
+        })
     }
 
     pub fn config(&self) -> &DrafterServerConfig {
@@ -141,23 +147,9 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         if request.predraft_branches == 0 {
             self.sessions.hold(id, tokens, budget)?;
         }
-        let engine = self.engine.clone();
-        let info = self.info.clone();
-        let (round, count, predraft) = (request.round, request.count as usize, request.predraft);
-        let drafting = entry.clone();
-        let drafted =
-            tokio::task::spawn_blocking(move || draft_round(&*engine, &info, &drafting, request))
-                .await
-                .map_err(join_failed)??;
-        if predraft {
-            // Runs while the router verifies this round, beside its verify span.
-            let span = tracing::info_span!("predraft", round, count);
-            let engine = self.engine.clone();
-            tokio::task::spawn_blocking(move || {
-                let _entered = span.enter();
-                super::draft_round::predraft(&*engine, &entry, round, count);
-            });
-        }
+        // Drafted with every other session drafting now; a pre-draft, when asked, runs
+        // while the router verifies this round.
+        let drafted = self.batcher.draft(entry, request).await?;
         let response = DraftResponse {
             drafts: drafted.drafts,
             predraft_hit: drafted.predraft_hit,

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod batching;
 mod draft_model;
 mod errors;
 mod lifecycle;

@@ -41,7 +41,7 @@ async fn start_mtp_drafter() -> (DrafterClient<Channel>, oneshot::Sender<()>) {
         &Device::Cpu,
     )
     .unwrap();
-    let service = DrafterService::new(Arc::new(engine), DrafterServerConfig::default());
+    let service = DrafterService::new(Arc::new(engine), DrafterServerConfig::default()).unwrap();
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = incoming.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();

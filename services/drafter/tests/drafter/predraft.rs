@@ -184,3 +184,114 @@ fn branched_pre_drafts_start_rounds_after_rejections_and_change_no_draft() {
     let one = run_rounds(1, 30);
     assert!(one.hits >= 5, "{one:?}");
 }
+
+/// Sessions drafted together ([`DraftEngine::draft_many`]: one packed forward per draft
+/// step) and pre-drafted together ([`DraftEngine::predraft_many`]) propose exactly the
+/// drafts each proposes alone without pre-drafting, with different draft counts, one
+/// session branching, and rounds accepted in full or in part.
+#[test]
+fn sessions_drafted_together_propose_what_each_proposes_alone() {
+    let file = TempGguf::tiny("predraft-batched", &TinySpec::default());
+    let (alone, together) = (engine(&file), engine(&file));
+    let contexts = [
+        vec![1u32, 2, 3, 4, 5],
+        vec![7u32, 8, 9],
+        vec![3u32, 1, 4, 1, 5, 9, 2, 6],
+    ];
+    let open = |context: &Vec<u32>| OpenSession {
+        sampling: SamplingParams::default(),
+        committed_len: context.len(),
+        source: SessionSource::Context(context.clone()),
+        cache_scope: Default::default(),
+    };
+    let mut solo: Vec<_> = contexts
+        .iter()
+        .map(|c| alone.open(open(c)).unwrap())
+        .collect();
+    let mut batched: Vec<_> = contexts
+        .iter()
+        .map(|c| together.open(open(c)).unwrap())
+        .collect();
+    let mut bonuses = [9u32, 11, 13];
+    let mut histories: Vec<Vec<u32>> = contexts
+        .iter()
+        .zip(bonuses)
+        .map(|(c, bonus)| [c.as_slice(), &[bonus]].concat())
+        .collect();
+    let count = |round: usize, i: usize| 1 + (round + i) % 4;
+    let mut hits = 0;
+    for round in 0..24 {
+        let steps: Vec<DraftStep> = (0..3)
+            .map(|i| DraftStep {
+                bonus: bonuses[i],
+                position: histories[i].len() - 2,
+                count: count(round, i),
+                output_index_base: 0,
+                branches: i % 2,
+            })
+            .collect();
+        let expected: Vec<Vec<u32>> = solo
+            .iter_mut()
+            .zip(&steps)
+            .map(|(session, step)| {
+                alone
+                    .draft(
+                        session,
+                        DraftStep {
+                            branches: 0,
+                            ..*step
+                        },
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let mut jobs: Vec<_> = batched.iter_mut().zip(steps.iter().copied()).collect();
+        let drafted: Vec<Vec<u32>> = together
+            .draft_many(&mut jobs)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(drafted, expected, "round {round}");
+        hits += batched.iter().filter(|s| together.predraft_hit(s)).count();
+        // While the round is verified: every session's pre-draft, together, to the end.
+        for _ in 0..16 {
+            let mut jobs: Vec<_> = batched
+                .iter_mut()
+                .enumerate()
+                .map(|(i, session)| (session, count(round + 1, i)))
+                .collect();
+            let more = together.predraft_many(&mut jobs);
+            if !more.iter().any(|r| matches!(r, Ok(true))) {
+                assert!(more.iter().all(Result::is_ok), "{more:?}");
+                break;
+            }
+        }
+        for i in 0..3 {
+            let drafts = &drafted[i];
+            let mut with_drafts = histories[i].clone();
+            with_drafts.extend_from_slice(drafts);
+            let (guess, _) = top_two_after(&together, &with_drafts);
+            // Every other round of each session is accepted in full with the pre-draft's
+            // guess; the others keep half the drafts and then take another token.
+            let (accepted, next) = if (round + i) % 2 == 0 {
+                (drafts.len(), guess)
+            } else {
+                let at = drafts.len() / 2;
+                (at, (drafts[at] + 1) % 256)
+            };
+            let mut committed = vec![bonuses[i]];
+            committed.extend_from_slice(&drafts[..accepted]);
+            alone
+                .apply(&mut solo[i], DraftCarry::Tokens(committed.clone()))
+                .unwrap();
+            together
+                .apply(&mut batched[i], DraftCarry::Tokens(committed))
+                .unwrap();
+            histories[i].extend_from_slice(&drafts[..accepted]);
+            histories[i].push(next);
+            bonuses[i] = next;
+        }
+    }
+    // Half the rounds of every session after the first went as its pre-draft guessed.
+    assert!(hits >= 30, "{hits} pre-draft hits");
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::{DType, Device, Tensor};
-use specd_drafter::{serve, DrafterServerConfig, DrafterService};
+use specd_drafter::{serve, DraftEngine, DrafterServerConfig, DrafterService};
 
 use crate::random_engine::RandomDrafts;
 use specd_wire::drafter::{
@@ -35,7 +35,12 @@ impl TestDrafter {
 
     pub async fn start_with(kind: DrafterKind, config: DrafterServerConfig) -> Self {
         let engine = Arc::new(RandomDrafts::new(kind, VOCAB, MAX_DRAFTS, 42));
-        let service = DrafterService::new(engine, config);
+        Self::start_engine(engine, config).await
+    }
+
+    /// A server of any engine.
+    pub async fn start_engine<E: DraftEngine>(engine: Arc<E>, config: DrafterServerConfig) -> Self {
+        let service = DrafterService::new(engine, config).unwrap();
         let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = incoming.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

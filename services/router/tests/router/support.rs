@@ -120,7 +120,7 @@ pub async fn serve_verifier<T: specd_verifier::TargetModel>(
 }
 
 pub async fn start_drafter<E: DraftEngine>(engine: E) -> Running {
-    let service = DrafterService::new(Arc::new(engine), DrafterServerConfig::default());
+    let service = DrafterService::new(Arc::new(engine), DrafterServerConfig::default()).unwrap();
     let (incoming, addr) = bind();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
