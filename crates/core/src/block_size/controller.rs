@@ -1,5 +1,6 @@
 //! Per-request block-size state: history, external cap and the speculation switch.
 
+use super::cost_estimates::CostEstimates;
 use super::cost_policy::{CostAwarePolicy, RoundMeasurement, RoundPlan};
 use super::rule::{next_block_size, HISTORY_WINDOW};
 
@@ -77,6 +78,15 @@ impl BlockSizeController {
             history: Vec::with_capacity(2 * HISTORY_WINDOW),
             policy: config.cost_aware.then(CostAwarePolicy::new),
         }
+    }
+
+    /// [`Self::new`], with the cost-aware policy (if any) starting from `learned`.
+    pub fn with_learned(config: BlockSizeConfig, learned: Option<CostEstimates>) -> Self {
+        let mut controller = Self::new(config);
+        if let (Some(policy), Some(learned)) = (&mut controller.policy, learned) {
+            *policy = CostAwarePolicy::with_estimates(learned);
+        }
+        controller
     }
 
     /// Block size for the next round given `remaining = max_tokens - emitted + 1`; always at

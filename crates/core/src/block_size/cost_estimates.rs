@@ -79,6 +79,16 @@ impl CostEstimates {
         }
     }
 
+    /// Sets the acceptance of draft positions `1..=rates.len()` (each a probability), as
+    /// if measured: a request starts from what earlier requests showed.
+    pub fn seed_acceptance(&mut self, rates: &[f64]) {
+        self.acceptance = rates
+            .iter()
+            .take(MAX_TRACKED_BLOCK)
+            .map(|&rate| Ewma(Some(rate.clamp(0.0, 1.0))))
+            .collect();
+    }
+
     /// Seconds per draft step, once measured.
     pub fn draft_step(&self) -> Option<f64> {
         self.draft_step.0

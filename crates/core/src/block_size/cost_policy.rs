@@ -117,6 +117,15 @@ impl CostAwarePolicy {
         }
     }
 
+    /// A policy that starts speculating from `learned` estimates (what earlier requests
+    /// measured) instead of none: its first rounds already run the cheapest size.
+    pub fn with_estimates(learned: CostEstimates) -> Self {
+        Self {
+            estimates: learned,
+            ..Self::new()
+        }
+    }
+
     /// The running estimates.
     pub fn estimates(&self) -> &CostEstimates {
         &self.estimates

@@ -111,6 +111,21 @@ impl PooledAcceptance {
         }
     }
 
+    /// Acceptance of each draft position observed, Laplace-smoothed as
+    /// [`Self::expected_emitted`] reads it; `None` until [`MIN_ACCEPTANCE_ROUNDS`].
+    fn rates(&self) -> Option<Vec<f64>> {
+        match self.counts.first() {
+            Some(&(_, trials)) if trials >= MIN_ACCEPTANCE_ROUNDS => {}
+            _ => return None,
+        }
+        Some(
+            self.counts
+                .iter()
+                .map(|&(hits, trials)| (hits + 1.0) / (trials + 2.0))
+                .collect(),
+        )
+    }
+
     /// Expected tokens a round of `block` emits; `None` until [`MIN_ACCEPTANCE_ROUNDS`]
     /// speculative rounds were seen (decayed), so that no decision rests on the few rounds
     /// of a first short request.
@@ -219,6 +234,22 @@ impl SpeculationGovernor {
                 .record(round.drafted, round.accepted.min(round.drafted));
         }
         self.decide(&estimates);
+    }
+
+    /// What the process learned of rounds of requests alone in their forward, for a new
+    /// request's cost-aware policy to start from: verify costs, the draft step and
+    /// acceptance by position. `None` until a plain and a speculative verify, a draft step
+    /// and [`MIN_ACCEPTANCE_ROUNDS`] rounds were measured.
+    pub fn learned(&self) -> Option<CostEstimates> {
+        let estimates = self.lock();
+        let rounds = &estimates.rounds;
+        let speculative = (2..=MAX_TRACKED_BLOCK).any(|block| rounds.has_verify(block));
+        if rounds.draft_step().is_none() || !rounds.has_verify(1) || !speculative {
+            return None;
+        }
+        let mut learned = rounds.clone();
+        learned.seed_acceptance(&estimates.acceptance.rates()?);
+        Some(learned)
     }
 
     /// Records the opening of a drafter session on a prompt of `prompt_len` tokens.

@@ -71,12 +71,19 @@ pub struct RoundOutcome {
 }
 
 impl BlockPlanner {
-    /// A planner for a request asking for `config`, governed through `control`.
+    /// A planner for a request asking for `config`, governed through `control`. A
+    /// cost-aware request under a governor starts from what the process learned of requests
+    /// alone, not from nothing.
     pub fn new(config: BlockSizeConfig, control: &RequestControl) -> Self {
+        let governor = control.governor_handle();
+        let learned = governor
+            .as_deref()
+            .filter(|_| config.cost_aware)
+            .and_then(SpeculationGovernor::learned);
         Self {
-            controller: BlockSizeController::new(config),
+            controller: BlockSizeController::with_learned(config, learned),
             control: control.clone(),
-            governor: control.governor_handle(),
+            governor,
             declined: false,
         }
     }
@@ -247,6 +254,50 @@ mod tests {
         let drafting = planner.draft_started();
         assert_eq!(drafting.concurrent(), 1);
         assert_eq!(planner.draft_started().concurrent(), 2);
+    }
+
+    /// A governor that measured requests alone: verifies of `b` tokens cost
+    /// 50 + 10·(b − 1) ms, draft steps 30 ms, and the first draft is nearly always accepted
+    /// while the second never is.
+    fn learned_governor() -> Arc<SpeculationGovernor> {
+        let governor = Arc::new(SpeculationGovernor::new(1, 5));
+        for _ in 0..40 {
+            for block in 1..=5usize {
+                let drafted = block - 1;
+                governor.record(&GovernedRound {
+                    draft: (drafted > 0)
+                        .then(|| (drafted, Duration::from_millis(30 * drafted as u64), 1)),
+                    forward: Some(ForwardCost {
+                        tokens: block,
+                        rows: 1,
+                        time: Duration::from_millis(45 + 10 * drafted as u64),
+                    }),
+                    verify_time: Duration::from_millis(50 + 10 * drafted as u64),
+                    drafted,
+                    accepted: drafted.min(1),
+                });
+            }
+        }
+        governor
+    }
+
+    #[test]
+    fn a_new_request_starts_from_what_the_process_learned() {
+        // One draft: (30 + 60) ms for ~1.97 tokens beats a plain 50 ms; a second draft
+        // costs 40 ms more and is never accepted.
+        let governor = learned_governor();
+        let learned = governor.learned().expect("enough was measured");
+        assert!(learned.acceptance(1).is_some_and(|p| p > 0.9));
+        let control = RequestControl::governed(governor);
+        let mut planner = BlockPlanner::new(BlockSizeConfig::adaptive(5, 5), &control);
+        let first = planner.plan(100, false, true);
+        assert_eq!(first.block_size, 2);
+        assert!(!first.speculation_off);
+        // Without a governor a request knows nothing and starts at its full size.
+        let mut cold = BlockPlanner::new(BlockSizeConfig::adaptive(5, 5), &RequestControl::new());
+        assert_eq!(cold.plan(100, false, true).block_size, 5);
+        // Nothing learned yet: nothing to start from.
+        assert!(SpeculationGovernor::new(1, 5).learned().is_none());
     }
 
     #[test]
