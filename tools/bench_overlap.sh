@@ -2,11 +2,12 @@
 # Overlapped drafting across services on the Qwen2.5-Coder 1.5B target / 0.5B drafter pair:
 # the verifier pinned to one core with one thread, the drafter pinned to another core with one
 # thread (PLACEMENT=pinned, the default), or both on every core with their default threads as
-# a new user starts them (PLACEMENT=shared); and four routers over them: --overlap on (the
+# a new user starts them (PLACEMENT=shared); and five routers over them: --overlap on (the
 # drafter pre-drafts the next round while the verifier verifies, assuming every draft is
 # accepted), the same with --predraft-branches (it also pre-drafts the likeliest rejections,
-# batched in the same forwards), --overlap off (sequential rounds) and --overlap auto (the
-# default: pre-drafting while the router measures that it pays). Plain
+# batched in the same forwards), --overlap off (sequential rounds), --overlap auto (the
+# default: pre-drafting while the router measures that it pays) and --draft hybrid with
+# --overlap auto (prompt lookup in the router for rounds that copy earlier text). Plain
 # decoding runs on the verifier's core alone (speculation switched off per request). Every
 # prompt of the built-in code, prose and edit set goes through each mode over the routers'
 # OpenAI-compatible HTTP API; decode tokens/s per verifier core come from the router's own
@@ -79,13 +80,17 @@ start verifier "$verifier_core" verifier "${threads[@]}" --target "$target"
 verifier=$addr
 start drafter "$drafter_core" drafter "${threads[@]}" --drafter "$drafter" --target "$target"
 drafter_addr=$addr
-for mode in on:0 branched:$branches off:0 auto:$branches; do
+for mode in on:0 branched:$branches off:0 auto:$branches hybrid:$branches; do
     name=${mode%%:*}
     overlap=on
-    case $name in off | auto) overlap=$name ;; esac
+    drafting=()
+    case $name in
+        off | auto) overlap=$name ;;
+        hybrid) overlap=auto drafting=(--draft hybrid) ;;
+    esac
     start "router-$name" "" router --verifier "http://$verifier" \
         --drafters "http://$drafter_addr" --target "$target" --overlap "$overlap" \
-        --predraft-branches "${mode#*:}" --http-listen 127.0.0.1:0
+        --predraft-branches "${mode#*:}" --http-listen 127.0.0.1:0 "${drafting[@]}"
 done
 
 "$specd_bench" --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
@@ -117,6 +122,7 @@ for block in ${block_sizes//,/ }; do
         --router "sequential=http://$(http_of router-off)" \
         --router "branched=http://$(http_of router-branched)" \
         --router "auto=http://$(http_of router-auto)" \
+        --router "hybrid=http://$(http_of router-hybrid)" \
         --prompts "$out/prompts.tsv" --max-tokens "$max_tokens" --block-size "$block" \
         --json "$out/block$block.json" | tee -a "$out/report.md"
     echo | tee -a "$out/report.md"

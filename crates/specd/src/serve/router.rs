@@ -59,8 +59,11 @@ pub enum RouterDraft {
     /// Prompt lookup (no model, no drafter service).
     Ngram,
     /// Prompt lookup while the output copies earlier text (a match of 4 tokens or more), the
-    /// drafter services of --drafters / --drafter-dns for the other rounds.
+    /// drafter services of --drafters / --drafter-dns for the other rounds (the default with
+    /// drafter services).
     Hybrid,
+    /// The drafter services alone, without the lookup.
+    Drafters,
 }
 
 #[derive(Args, Debug)]
@@ -99,7 +102,8 @@ pub struct RouterArgs {
     #[arg(long, env = "SPECD_DRAFTER_DNS_REFRESH_SECS", default_value_t = 10)]
     pub drafter_dns_refresh_secs: u64,
     /// Draft inside the router: `ngram` instead of drafter services, `hybrid` in front of
-    /// them.
+    /// them (the default when there are drafter services), `drafters` for the services
+    /// alone.
     #[arg(long, env = "SPECD_DRAFT", value_enum)]
     pub draft: Option<RouterDraft>,
     /// Target checkpoint directory for tokenizer.json (text prompts, text output, stop
@@ -330,20 +334,27 @@ fn draft_source(args: &RouterArgs) -> Result<DraftSource> {
             )
         }
         (Some(RouterDraft::Ngram), _) => DraftSource::Ngram(NgramConfig::default()),
-        (Some(RouterDraft::Hybrid), _) if !has_services => {
-            bail!("--draft hybrid needs drafter services: give --drafters or --drafter-dns")
+        (Some(kind @ (RouterDraft::Hybrid | RouterDraft::Drafters)), _) if !has_services => {
+            let name = if kind == RouterDraft::Hybrid {
+                "hybrid"
+            } else {
+                "drafters"
+            };
+            bail!("--draft {name} needs drafter services: give --drafters or --drafter-dns")
         }
-        (Some(RouterDraft::Hybrid), dns) => DraftSource::Hybrid {
+        (Some(RouterDraft::Drafters), Some(dns)) => DraftSource::Discovered {
+            urls: args.drafters.clone(),
+            dns,
+        },
+        (Some(RouterDraft::Drafters), None) => DraftSource::Remote(args.drafters.clone()),
+        // Lookup in front of the services unless asked otherwise: it never loses, and rounds
+        // that copy earlier text (edits, quotes, repeated code) cost no drafter call.
+        (None | Some(RouterDraft::Hybrid), dns) if has_services => DraftSource::Hybrid {
             urls: args.drafters.clone(),
             dns,
             lookup: HYBRID_LOOKUP,
         },
-        (None, Some(dns)) => DraftSource::Discovered {
-            urls: args.drafters.clone(),
-            dns,
-        },
-        (None, None) if has_services => DraftSource::Remote(args.drafters.clone()),
-        (None, None) => DraftSource::None,
+        (None | Some(RouterDraft::Hybrid), _) => DraftSource::None,
     })
 }
 
@@ -426,26 +437,36 @@ mod tests {
             source(&["--draft", "ngram"]).unwrap(),
             DraftSource::Ngram(_)
         ));
+        let alone = ["--draft", "drafters", "--drafters", "http://d:1,http://e:1"];
         assert!(matches!(
-            source(&["--drafters", "http://d:1,http://e:1"]).unwrap(),
+            source(&alone).unwrap(),
             DraftSource::Remote(urls) if urls.len() == 2
         ));
         assert!(matches!(
-            source(&["--drafter-dns", "drafters:50052"]).unwrap(),
+            source(&["--draft", "drafters", "--drafter-dns", "drafters:50052"]).unwrap(),
             DraftSource::Discovered { .. }
         ));
-        let hybrid = source(&["--draft", "hybrid", "--drafters", "http://d:1"]).unwrap();
-        assert!(matches!(
-            hybrid,
-            DraftSource::Hybrid { urls, dns: None, lookup }
-                if urls == ["http://d:1"] && lookup == HYBRID_LOOKUP
-        ));
-        let discovered = source(&["--draft", "hybrid", "--drafter-dns", "drafters:50052"]);
-        assert!(matches!(
-            discovered.unwrap(),
-            DraftSource::Hybrid { urls, dns: Some(dns), .. }
-                if urls.is_empty() && dns.name == "drafters:50052"
-        ));
+        // With drafter services, hybrid is the default.
+        for flags in [
+            &["--drafters", "http://d:1"][..],
+            &["--draft", "hybrid", "--drafters", "http://d:1"],
+        ] {
+            assert!(matches!(
+                source(flags).unwrap(),
+                DraftSource::Hybrid { urls, dns: None, lookup }
+                    if urls == ["http://d:1"] && lookup == HYBRID_LOOKUP
+            ));
+        }
+        for flags in [
+            &["--drafter-dns", "drafters:50052"][..],
+            &["--draft", "hybrid", "--drafter-dns", "drafters:50052"],
+        ] {
+            assert!(matches!(
+                source(flags).unwrap(),
+                DraftSource::Hybrid { urls, dns: Some(dns), .. }
+                    if urls.is_empty() && dns.name == "drafters:50052"
+            ));
+        }
     }
 
     #[test]
@@ -454,5 +475,7 @@ mod tests {
         assert!(err.to_string().contains("--draft hybrid"), "{err}");
         let err = source(&["--draft", "hybrid"]).unwrap_err();
         assert!(err.to_string().contains("--drafters"), "{err}");
+        let err = source(&["--draft", "drafters"]).unwrap_err();
+        assert!(err.to_string().contains("--draft drafters needs"), "{err}");
     }
 }

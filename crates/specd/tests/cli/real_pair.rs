@@ -213,7 +213,14 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
     };
     // Overlap forced on: on one machine `auto` starts without pre-drafting, and this checks
     // that pre-drafts are used and change nothing.
-    let draft_model = routed(&["--drafters", &drafter.url, "--overlap", "on"]);
+    let draft_model = routed(&[
+        "--drafters",
+        &drafter.url,
+        "--draft",
+        "drafters",
+        "--overlap",
+        "on",
+    ]);
     let ngram = routed(&["--draft", "ngram"]);
     let mut draft_model = GenerationClient::new(draft_model.channel().await);
     let mut ngram = GenerationClient::new(ngram.channel().await);
@@ -279,6 +286,8 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
         &other.url,
         "--drafters",
         &drafter.url,
+        "--draft",
+        "drafters",
     ]);
     let response = GenerationClient::new(mismatched.channel().await)
         .generate(GenerateRequest {

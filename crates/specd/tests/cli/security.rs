@@ -63,6 +63,8 @@ impl Secured {
             &verifier_url,
             "--drafters",
             &drafter_url,
+            "--draft",
+            "drafters",
             "--target",
             &target,
             "--upstream-tls-ca",

@@ -315,6 +315,8 @@ async fn one_request_is_one_trace_and_metrics_match_the_stats() {
             &verifier.url,
             "--drafters",
             &drafter.url,
+            "--draft",
+            "drafters",
             "--target",
             &target,
         ],

@@ -138,6 +138,11 @@ impl Service {
         if !drafters.is_empty() {
             args.extend(["--drafters", &drafters_urls]);
         }
+        args.extend(
+            services_alone(!drafters.is_empty(), extra)
+                .into_iter()
+                .flatten(),
+        );
         args.extend(extra);
         Self::start(&args)
     }
@@ -161,6 +166,11 @@ impl Service {
         if !drafters.is_empty() {
             args.extend(["--drafters", &urls]);
         }
+        args.extend(
+            services_alone(!drafters.is_empty(), extra)
+                .into_iter()
+                .flatten(),
+        );
         args.extend(extra);
         Self::start(&args)
     }
@@ -271,4 +281,12 @@ pub async fn drain_stream(
             return (tokens, message);
         }
     }
+}
+
+/// `--draft drafters` for a router with drafter services (`drafters`, or a `--drafter-dns`
+/// among `extra`) unless `extra` picks the drafting: these tests are about the services, and
+/// the default puts prompt lookup in front of them.
+fn services_alone(drafters: bool, extra: &[&str]) -> Option<[&'static str; 2]> {
+    let has_services = drafters || extra.contains(&"--drafter-dns");
+    (has_services && !extra.contains(&"--draft")).then_some(["--draft", "drafters"])
 }
