@@ -25,46 +25,14 @@ import argparse
 import http.client
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_multiturn import Server, read_line, spawn  # noqa: E402
+from bench_multiturn import Server, read_line, spawn, start_llama_server  # noqa: E402
 from bench_overlap import unescape  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_llama_server(args, out, slots):
-    port = free_port()
-    tag = f"llama-server-np{slots}"
-    cmd = [args.llama_server, "-m", args.target, "--host", "127.0.0.1", "--port", str(port),
-           "-np", str(slots), "-t", str(args.threads), "-c", str(max(4096, 1024 * slots))]
-    log = open(out / f"{tag}.log", "a")
-    log.write("$ " + " ".join(cmd) + "\n")
-    log.flush()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-    addr = f"127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            conn = http.client.HTTPConnection(addr, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return Server(tag, [proc], addr)
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited; see {tag}.log")
-        time.sleep(0.5)
-    raise RuntimeError("llama-server did not become healthy")
 
 
 def specd_env(args):
@@ -242,7 +210,8 @@ def main():
         if "llama" in skip:
             results["llama"].append({"tokens_per_s": None})
             continue
-        server = start_llama_server(args, out, clients)
+        server = start_llama_server(args, out, f"llama-server-np{clients}", slots=clients,
+                                    context=max(4096, 1024 * clients))
         try:
             complete(server.http, "Hello", 4, "llama", False)
             results["llama"].append(run_level(server, "llama", False, clients, prompts, args))

@@ -185,10 +185,11 @@ def start_specd_split(args, out, tag):
     return Server(tag, [verifier, drafter, router], http)
 
 
-def start_llama_server(args, out, tag):
+def start_llama_server(args, out, tag, slots=1, context=8192):
+    """llama-server with `slots` parallel slots sharing `context` tokens, once healthy."""
     port = 18000 + os.getpid() % 1000
     cmd = [args.llama_server, "-m", args.target, "--host", "127.0.0.1", "--port", str(port),
-           "-np", "1", "-t", str(args.threads), "-c", "8192"]
+           "-np", str(slots), "-t", str(args.threads), "-c", str(context)]
     log = open(out / f"{tag}.log", "a")
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
