@@ -72,6 +72,14 @@ impl Default for RouterConfig {
     }
 }
 
+impl RouterConfig {
+    /// The largest block size a request may verify: this router's and the verifier's
+    /// limits, and at least 1.
+    pub fn block_ceiling(&self, limits: &TargetLimits) -> usize {
+        self.max_block_size.min(limits.max_block_size).max(1)
+    }
+}
+
 /// What the router checks requests against, from the verifier's Stats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetLimits {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use specd_core::{
     BlockSizeConfig, CacheScope, Drafter, EventSink, Finish, GenerationRequest, HybridDrafter,
-    RequestControl, RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
+    NgramDrafter, RequestControl, RoundLoop, RoundLoopError, SeqId, SessionId, StopConditions,
 };
 use specd_wire::drafter::DrafterKind;
 use tonic::Status;
@@ -32,6 +32,16 @@ pub(crate) enum Backend {
     Remote(Arc<VerifierPool>),
     /// A verifier and drafter in this process.
     InProcess(Arc<dyn InProcessEngine>),
+}
+
+/// Where a request's drafts come from.
+enum Drafting<'a> {
+    /// None: plain decoding.
+    Plain,
+    /// Prompt lookup in the router.
+    Lookup(&'a Arc<NgramDrafter<WireCarry>>),
+    /// A session on the pool's drafter the lease holds (behind the lookup when hybrid).
+    Service(&'a Arc<DrafterPool>, Lease),
 }
 
 /// Everything requests share.
@@ -70,7 +80,7 @@ impl RouterState {
         drafters: Drafters,
         text: Arc<TargetText>,
     ) -> Self {
-        let max_block_size = config.max_block_size.min(limits.max_block_size).max(1);
+        let max_block_size = config.block_ceiling(&limits);
         let drafter_parallelism = match &backend {
             Backend::InProcess(engine) => engine.drafter_parallelism(),
             Backend::Remote(_) => drafters.pool().map_or(0, |pool| pool.size()),
@@ -169,82 +179,65 @@ impl RouterState {
                     .await;
             }
         };
-        let result = match (&self.drafters, block.is_speculative()) {
-            (Drafters::Ngram(ngram), true) => {
+        let choice = match (&self.drafters, block.is_speculative()) {
+            (Drafters::Ngram(ngram), true) => Drafting::Lookup(ngram),
+            (Drafters::Remote(pool) | Drafters::Hybrid { pool, .. }, true) => {
+                match (self.pick_drafter(pool, &plan, scope).await, &self.drafters) {
+                    (Some(lease), _) => Drafting::Service(pool, lease),
+                    // With no drafter to be had, a hybrid request still has the lookup.
+                    (None, Drafters::Hybrid { lookup, .. }) => Drafting::Lookup(lookup),
+                    (None, _) => Drafting::Plain,
+                }
+            }
+            _ => Drafting::Plain,
+        };
+        let result = match choice {
+            Drafting::Plain => {
                 let verifier = self.sequence(verifiers, options, scope);
-                self.round_loop(&verifier, Some(&**ngram))
+                RoundLoop::plain(&verifier, &*self.text)
+                    .run(request(BlockSizeConfig::PLAIN), sink, control)
+                    .await
+            }
+            Drafting::Lookup(lookup) => {
+                let verifier = self.sequence(verifiers, options, scope);
+                self.round_loop(&verifier, Some(&**lookup))
                     .run(request(block), sink, control)
                     .await
             }
-            (Drafters::Remote(pool) | Drafters::Hybrid { pool, .. }, true) => {
-                match self.pick_drafter(pool, &plan, scope).await {
-                    Some(lease) => {
-                        let info = lease.info();
-                        let depth = info.max_draft_tokens + 1;
-                        block.requested = block.requested.min(depth);
-                        block.configured = block.configured.min(depth);
-                        options.with_mtp_state = info.kind == DrafterKind::Mtp;
-                        let verifier = self.sequence(verifiers, options, scope);
-                        let session = RemoteSession::new(
-                            pool.clone(),
-                            lease,
-                            &verifier,
-                            scope.deadline,
-                            scope.resyncs.clone(),
-                            (self.config.overlap != OverlapMode::Off).then(|| Predrafting {
-                                counts: scope.predraft.clone(),
-                                branches: self.config.predraft_branches,
-                                overlap: self.overlap.clone(),
-                                verifiers: verifiers.placements().into(),
-                            }),
-                        );
-                        match &self.drafters {
-                            Drafters::Hybrid { lookup, .. } => {
-                                let hybrid = HybridDrafter::new(session, lookup.config())
-                                    .map_err(|e| Status::internal(e.to_string()))?;
-                                self.round_loop(&verifier, Some(&hybrid))
-                                    .run(request(block), sink, control)
-                                    .await
-                            }
-                            _ => {
-                                self.round_loop(&verifier, Some(&session))
-                                    .run(request(block), sink, control)
-                                    .await
-                            }
-                        }
-                    }
-                    // With no drafter to be had, a hybrid request still has the lookup.
-                    None => match &self.drafters {
-                        Drafters::Hybrid { lookup, .. } => {
-                            let verifier = self.sequence(verifiers, options, scope);
-                            self.round_loop(&verifier, Some(&**lookup))
-                                .run(request(block), sink, control)
-                                .await
-                        }
-                        _ => {
-                            self.run_plain(
-                                verifiers,
-                                request(BlockSizeConfig::PLAIN),
-                                options,
-                                scope,
-                                sink,
-                                control,
-                            )
+            Drafting::Service(pool, lease) => {
+                let info = lease.info();
+                let depth = info.max_draft_tokens + 1;
+                block.requested = block.requested.min(depth);
+                block.configured = block.configured.min(depth);
+                options.with_mtp_state = info.kind == DrafterKind::Mtp;
+                let verifier = self.sequence(verifiers, options, scope);
+                let session = RemoteSession::new(
+                    pool.clone(),
+                    lease,
+                    &verifier,
+                    scope.deadline,
+                    scope.resyncs.clone(),
+                    (self.config.overlap != OverlapMode::Off).then(|| Predrafting {
+                        counts: scope.predraft.clone(),
+                        branches: self.config.predraft_branches,
+                        overlap: self.overlap.clone(),
+                        verifiers: verifiers.placements().into(),
+                    }),
+                );
+                match &self.drafters {
+                    Drafters::Hybrid { lookup, .. } => {
+                        let hybrid = HybridDrafter::new(session, lookup.config())
+                            .map_err(|e| Status::internal(e.to_string()))?;
+                        self.round_loop(&verifier, Some(&hybrid))
+                            .run(request(block), sink, control)
                             .await
-                        }
-                    },
+                    }
+                    _ => {
+                        self.round_loop(&verifier, Some(&session))
+                            .run(request(block), sink, control)
+                            .await
+                    }
                 }
-            }
-            _ => {
-                self.run_plain(
-                    verifiers,
-                    request(BlockSizeConfig::PLAIN),
-                    options,
-                    scope,
-                    sink,
-                    control,
-                )
-                .await
             }
         };
         result.map_err(remote_loop_status)
@@ -275,21 +268,6 @@ impl RouterState {
         pool.pick_for(None, &[], &prefix).await
     }
 
-    async fn run_plain<S: EventSink>(
-        &self,
-        verifiers: &Arc<VerifierPool>,
-        request: GenerationRequest,
-        options: SequenceOptions,
-        scope: &RequestScope,
-        sink: &mut S,
-        control: &RequestControl,
-    ) -> Result<Finish, RoundLoopError<RemoteError>> {
-        let verifier = self.sequence(verifiers, options, scope);
-        RoundLoop::plain(&verifier, &*self.text)
-            .run(request, sink, control)
-            .await
-    }
-
     /// The round loop of a speculating request: drafts are checked against the target's
     /// vocabulary, so a drafter proposing other ids ends speculation, not the request.
     fn round_loop<'a, D: Drafter<Carry = WireCarry>>(
@@ -301,11 +279,7 @@ impl RouterState {
     }
 
     fn block_config(&self, choice: BlockChoice) -> BlockSizeConfig {
-        let ceiling = self
-            .config
-            .max_block_size
-            .min(self.limits.max_block_size)
-            .max(1);
+        let ceiling = self.config.block_ceiling(&self.limits);
         match choice {
             BlockChoice::Disabled => BlockSizeConfig::PLAIN,
             BlockChoice::Fixed(size) => BlockSizeConfig::fixed(size.min(ceiling)),

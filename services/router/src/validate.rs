@@ -96,11 +96,7 @@ pub fn plan(
                 ))
             }
             Some(1) => BlockChoice::Disabled,
-            Some(size) => BlockChoice::Fixed(
-                (size as usize)
-                    .min(config.max_block_size)
-                    .min(limits.max_block_size),
-            ),
+            Some(size) => BlockChoice::Fixed((size as usize).min(config.block_ceiling(limits))),
             None => BlockChoice::Adaptive,
         },
         None => BlockChoice::Adaptive,
