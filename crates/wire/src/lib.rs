@@ -18,6 +18,7 @@ mod pb {
 pub mod descriptor;
 pub mod draining;
 pub mod health;
+pub mod idle;
 pub mod ids;
 pub mod kv;
 pub mod limits;

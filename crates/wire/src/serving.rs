@@ -14,6 +14,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use crate::descriptor::{reflection_service, ReflectionError, SpecdService};
+use crate::draining::{DrainSwitch, RefuseWhileDraining};
 use crate::health::HealthState;
 use crate::tls::ServerTls;
 
@@ -70,6 +71,60 @@ pub struct Drain<B, W> {
     pub finished: W,
     /// What draining means for this server, for the log.
     pub what: &'static str,
+}
+
+/// How a service that holds per-request work (a verifier's sequences, a drafter's sessions)
+/// drains: the calls that start new work are refused, and the server stops once no work is
+/// live.
+pub struct WorkDrain<L> {
+    /// Calls refused with UNAVAILABLE while draining.
+    pub refuse: &'static [&'static str],
+    /// Work still live; draining ends when it reaches 0. The work's own expiry (idle
+    /// timeouts) bounds the wait if a client vanished.
+    pub live: L,
+    /// What draining means for this server, for the log.
+    pub what: &'static str,
+}
+
+/// How often a draining server looks whether its last work has ended.
+const WORK_DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// [`serve_draining`] for a service holding per-request work, draining as `drain` says.
+pub async fn serve_work<S, L>(
+    hosted: SpecdService,
+    options: &ServeOptions,
+    server: S,
+    incoming: TcpIncoming,
+    trace: fn(&http::Request<()>) -> tracing::Span,
+    shutdown: impl Future<Output = ()> + Send,
+    drain: WorkDrain<L>,
+) -> Result<(), ServeError>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    L: Fn() -> usize + Send,
+{
+    let switch = DrainSwitch::default();
+    let server = RefuseWhileDraining::new(server, switch.clone(), drain.refuse);
+    let live = drain.live;
+    let drain = Drain {
+        begin: move || switch.start(),
+        finished: async move {
+            while live() > 0 {
+                tokio::time::sleep(WORK_DRAIN_POLL).await;
+            }
+        },
+        what: drain.what,
+    };
+    serve_draining(
+        hosted, options, server, incoming, trace, shutdown, drain, None,
+    )
+    .await
 }
 
 /// Serves `server` (the gRPC service `hosted`) on `incoming`, every call in its own span from

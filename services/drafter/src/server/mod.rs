@@ -8,7 +8,6 @@ mod batcher;
 mod config;
 mod draft_round;
 mod open;
-mod reaper;
 mod serve;
 mod service;
 mod sessions;

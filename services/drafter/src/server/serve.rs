@@ -2,27 +2,23 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use specd_wire::descriptor::SpecdService;
 use specd_wire::drafter::DrafterServer;
-use specd_wire::draining::{DrainSwitch, RefuseWhileDraining};
 use specd_wire::limits::WithMessageLimits;
 pub use specd_wire::serving::ServeError;
-use specd_wire::serving::{serve_draining, Drain};
+use specd_wire::serving::{serve_work, WorkDrain};
 use tonic::transport::server::TcpIncoming;
 
-use super::reaper::expire_idle;
 use super::service::DrafterService;
 use crate::engine::DraftEngine;
-
-/// How often a draining server looks whether its last session is gone.
-const DRAIN_POLL: Duration = Duration::from_millis(50);
+use specd_wire::idle::expire_idle;
 
 /// Serves `service` on `incoming` until `shutdown` resolves, then drains: health turns
 /// NOT_SERVING, Open answers UNAVAILABLE, and the server stops once no session is open
-/// (drafts of running requests go on until then). The engine is loaded by the time a
-/// service exists, so health reports SERVING from the start.
+/// (drafts of running requests go on until then; idle sessions expire through the reaper,
+/// so this ends even if a router vanished). The engine is loaded by the time a service
+/// exists, so health reports SERVING from the start.
 pub async fn serve<E: DraftEngine>(
     service: DrafterService<E>,
     incoming: TcpIncoming,
@@ -34,32 +30,20 @@ pub async fn serve<E: DraftEngine>(
         tokio::spawn(expire_idle(Arc::downgrade(service.sessions()), timeout));
     }
     let sessions = service.sessions().clone();
-    let switch = DrainSwitch::default();
-    let drafter = RefuseWhileDraining::new(
-        DrafterServer::new(service).with_message_limits(&limits),
-        switch.clone(),
-        &["Open"],
-    );
-    let drain = Drain {
-        begin: move || switch.start(),
-        // Idle sessions expire through the reaper, so this ends even if a router vanished.
-        finished: async move {
-            while sessions.len() > 0 {
-                tokio::time::sleep(DRAIN_POLL).await;
-            }
-        },
+    let drain = WorkDrain {
+        refuse: &["Open"],
+        live: move || sessions.len(),
         what: "refusing new sessions, serving open ones",
     };
-    serve_draining(
+    serve_work(
         SpecdService::Drafter,
         &options,
-        drafter,
+        DrafterServer::new(service).with_message_limits(&limits),
         incoming,
         // One server span per call, continuing the caller's trace.
         specd_telemetry::propagation::server_span,
         shutdown,
         drain,
-        None,
     )
     .await
 }

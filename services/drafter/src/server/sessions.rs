@@ -172,3 +172,16 @@ impl<S> Sessions<S> {
 fn full(max: usize) -> Status {
     Status::resource_exhausted(format!("the drafter holds its maximum of {max} sessions"))
 }
+
+impl<S: Send + 'static> specd_wire::idle::IdleWork for Sessions<S> {
+    type Id = WireId;
+    const NAME: &'static str = "session";
+
+    fn idle(&self, timeout: Duration) -> Vec<WireId> {
+        Sessions::idle(self, timeout)
+    }
+
+    fn expire(&self, id: WireId) -> bool {
+        self.remove(id)
+    }
+}

@@ -10,7 +10,6 @@ mod config;
 mod convert;
 mod prefill;
 mod prefill_stream;
-mod reaper;
 mod resync;
 mod sequences;
 mod serve;

@@ -112,3 +112,16 @@ impl<T: TargetModel> ReleaseSequence for Sequences<T> {
         self.release(seq)
     }
 }
+
+impl<T: TargetModel> specd_wire::idle::IdleWork for Sequences<T> {
+    type Id = SeqId;
+    const NAME: &'static str = "sequence";
+
+    fn idle(&self, timeout: Duration) -> Vec<SeqId> {
+        Sequences::idle(self, timeout)
+    }
+
+    fn expire(&self, seq: SeqId) -> bool {
+        self.release(seq)
+    }
+}
