@@ -45,12 +45,16 @@ def specd_env(args):
 def start_split(args, out):
     env = specd_env(args)
     log = out / "specd-split.log"
-    verifier = spawn([args.specd, "serve", "verifier", "--target", args.target,
-                      "--prefix-cache-bytes", "0", "--listen", "127.0.0.1:0"], log, env)
+    # Pinned: the verifier on the first core, the drafter on the second, one thread each.
+    pin = (lambda core: ["taskset", "-c", str(core)]) if args.pin else (lambda core: [])
+    one_thread = ["--threads", "1"] if args.pin else []
+    verifier = spawn([*pin(0), args.specd, "serve", "verifier", "--target", args.target,
+                      *one_thread, "--prefix-cache-bytes", "0", "--listen", "127.0.0.1:0"],
+                     log, env)
     v_addr = read_line(verifier, "listening on ", log)
-    drafter = spawn([args.specd, "serve", "drafter", "--drafter", args.drafter, "--target",
-                     args.target, "--prefix-cache-bytes", "0", "--listen", "127.0.0.1:0"],
-                    log, env)
+    drafter = spawn([*pin(1), args.specd, "serve", "drafter", "--drafter", args.drafter,
+                     "--target", args.target, *one_thread, "--prefix-cache-bytes", "0",
+                     "--listen", "127.0.0.1:0"], log, env)
     d_addr = read_line(drafter, "listening on ", log)
     router = spawn([args.specd, "serve", "router", "--verifier", f"http://{v_addr}",
                     "--drafters", f"http://{d_addr}", "--target", args.target,
@@ -186,6 +190,9 @@ def main():
     parser.add_argument("--block-size", type=int, default=0,
                         help="a fixed block size for speculative requests (not governed); "
                              "0: specd decides")
+    parser.add_argument("--pin", action="store_true",
+                        help="split services pinned: verifier on core 0, drafter on core 1, "
+                             "one thread each (taskset)")
     parser.add_argument("--skip", default="",
                         help="comma-separated: llama, split, one-process")
     parser.add_argument("--router-arg", action="append", default=[], dest="router_args",

@@ -10,7 +10,8 @@
 # Environment: LEVELS (default 1,4,8,16), REQUESTS (per client, default 2), MAX_TOKENS
 #   (default 64), BLOCK_SIZE (a fixed block size for speculative requests, which the
 #   governor then leaves alone; default 0: specd decides), THREADS (every server's threads;
-#   default: their own defaults), SKIP (llama, split, one-process), SPECD_BIN (a specd
+#   default: their own defaults), PIN=1 (split services pinned: verifier on core 0, drafter
+#   on core 1, one thread each), SKIP (llama, split, one-process), SPECD_BIN (a specd
 #   binary to use instead of building one), SPECD_MODEL_DIR, SPECD_LLAMACPP_DIR,
 #   CARGO_TARGET_DIR.
 set -euo pipefail
@@ -39,6 +40,6 @@ python3 "$repo/tools/bench_load.py" --specd "$specd" --llama-server "$llama_bin/
     --target "$target" --drafter "$drafter" --prompts "$out/prompts.tsv" --out "$out" \
     --levels "${LEVELS:-1,4,8,16}" --requests "${REQUESTS:-2}" \
     --max-tokens "${MAX_TOKENS:-64}" --block-size "${BLOCK_SIZE:-0}" \
-    ${THREADS:+--threads "$THREADS"} ${SKIP:+--skip "$SKIP"}
+    ${THREADS:+--threads "$THREADS"} ${SKIP:+--skip "$SKIP"} ${PIN:+--pin}
 echo "load after: $(uptime)" | tee -a "$out/machine.txt"
 echo "bench_load: results in $out" >&2
