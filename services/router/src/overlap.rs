@@ -71,10 +71,6 @@ impl Overlap {
         }
     }
 
-    pub fn mode(&self) -> OverlapMode {
-        self.mode
-    }
-
     /// Whether a draft call to `drafter` should ask for a pre-draft now. `shares_cores`
     /// (asked once per drafter) says whether it runs on a verifier's cores, when known.
     pub fn predraft(&self, drafter: &str, shares_cores: impl FnOnce() -> Option<bool>) -> bool {
@@ -193,27 +189,14 @@ impl Judge {
 
     /// Ends a probe: keeps the cheaper mode per row.
     fn decide(&mut self, drafter: &str) {
-        let kept = per_row(self.settled.iter());
-        let probed = per_row(self.probed.iter());
+        let kept = PerRow::of(self.settled.iter());
+        let probed = PerRow::of(self.probed.iter());
         let (on, off) = if self.decided {
-            (kept, probed)
+            (kept.total(), probed.total())
         } else {
-            (probed, kept)
+            (probed.total(), kept.total())
         };
         let predraft = on < off * (1.0 - PAYS_BY);
-        let hit_share = |rounds: &mut dyn Iterator<Item = &RoundCost>| {
-            let (verify, draft, rows) = rounds.fold((0.0, 0.0, 0usize), |acc, r| {
-                (
-                    acc.0 + r.verify.as_secs_f64(),
-                    acc.1 + r.draft.as_secs_f64(),
-                    acc.2 + r.rows,
-                )
-            });
-            let rows = rows.max(1) as f64;
-            (1e3 * verify / rows, 1e3 * draft / rows)
-        };
-        let (kept_verify, kept_draft) = hit_share(&mut self.settled.iter());
-        let (probed_verify, probed_draft) = hit_share(&mut self.probed.iter());
         if predraft != self.decided {
             self.switches += 1;
             specd_telemetry::record::overlap_switch(predraft);
@@ -222,10 +205,10 @@ impl Judge {
                 predraft,
                 on_ms_per_row = 1e3 * on,
                 off_ms_per_row = 1e3 * off,
-                kept_verify_ms_per_row = kept_verify,
-                kept_draft_ms_per_row = kept_draft,
-                probed_verify_ms_per_row = probed_verify,
-                probed_draft_ms_per_row = probed_draft,
+                kept_verify_ms_per_row = 1e3 * kept.verify,
+                kept_draft_ms_per_row = 1e3 * kept.draft,
+                probed_verify_ms_per_row = 1e3 * probed.verify,
+                probed_draft_ms_per_row = 1e3 * probed.draft,
                 "overlap (pre-drafting) switched {}",
                 if predraft { "on" } else { "off" }
             );
@@ -248,19 +231,39 @@ impl Judge {
     }
 }
 
-/// Seconds per verified row over `rounds` (their total over their rows); infinite for none,
-/// so that a mode never measured is never chosen over one that was.
-fn per_row<'a>(rounds: impl Iterator<Item = &'a RoundCost>) -> f64 {
-    let (seconds, rows) = rounds.fold((0.0, 0usize), |(seconds, rows), round| {
-        (
-            seconds + (round.verify + round.draft).as_secs_f64(),
-            rows + round.rows,
-        )
-    });
-    if rows == 0 {
-        f64::INFINITY
-    } else {
-        seconds / rows as f64
+/// Seconds per verified row over some rounds, of the verifies and of the draft calls.
+#[derive(Debug, Clone, Copy)]
+struct PerRow {
+    verify: f64,
+    draft: f64,
+}
+
+impl PerRow {
+    /// The rounds' totals over their rows; infinite for none, so that a mode never measured
+    /// is never chosen over one that was.
+    fn of<'a>(rounds: impl Iterator<Item = &'a RoundCost>) -> Self {
+        let (verify, draft, rows) = rounds.fold((0.0, 0.0, 0usize), |(v, d, n), round| {
+            (
+                v + round.verify.as_secs_f64(),
+                d + round.draft.as_secs_f64(),
+                n + round.rows,
+            )
+        });
+        if rows == 0 {
+            return Self {
+                verify: f64::INFINITY,
+                draft: f64::INFINITY,
+            };
+        }
+        let rows = rows as f64;
+        Self {
+            verify: verify / rows,
+            draft: draft / rows,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.verify + self.draft
     }
 }
 
@@ -413,6 +416,6 @@ mod tests {
         assert_eq!(judge.settled.len(), 0);
         judge.record("d", round(true));
         assert_eq!(judge.settled.len(), 1);
-        assert_eq!(per_row(std::iter::empty()), f64::INFINITY);
+        assert_eq!(PerRow::of(std::iter::empty()).total(), f64::INFINITY);
     }
 }

@@ -8,17 +8,18 @@ use std::sync::Arc;
 use specd_wire::placement::Placement;
 
 use crate::overlap::Overlap;
+use crate::verifiers::VerifierPool;
 
 /// What a request asks of its drafter's pre-drafts, and where it counts how they went.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Predrafting {
     pub counts: Arc<PredraftCounts>,
     /// Rejection branches per pre-draft besides the all-accepted one.
     pub branches: u32,
     /// Whether each draft call asks for a pre-draft, and what the rounds measured.
     pub overlap: Arc<Overlap>,
-    /// Where the verifier replicas run, to tell whether a drafter shares their cores.
-    pub verifiers: Arc<[Placement]>,
+    /// The verifier replicas, whose placements tell whether a drafter shares their cores.
+    pub verifiers: Arc<VerifierPool>,
 }
 
 impl Predrafting {
@@ -26,8 +27,8 @@ impl Predrafting {
     /// side did not say.
     pub fn shares_cores(&self, drafter: Option<&Placement>) -> Option<bool> {
         let drafter = drafter?;
-        let mut known = self
-            .verifiers
+        let verifiers = self.verifiers.placements();
+        let mut known = verifiers
             .iter()
             .filter_map(|verifier| drafter.shares_cores_with(verifier))
             .peekable();

@@ -221,7 +221,7 @@ impl RouterState {
                         counts: scope.predraft.clone(),
                         branches: self.config.predraft_branches,
                         overlap: self.overlap.clone(),
-                        verifiers: verifiers.placements().into(),
+                        verifiers: verifiers.clone(),
                     }),
                 );
                 match &self.drafters {
