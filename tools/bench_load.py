@@ -26,12 +26,16 @@ import http.client
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_multiturn import Server, read_line, spawn, start_llama_server  # noqa: E402
+from bench_multiturn import (  # noqa: E402
+    Server,
+    read_line,
+    run_at_once,
+    spawn,
+    start_llama_server,
+)
 from bench_overlap import unescape  # noqa: E402
 
 
@@ -110,13 +114,7 @@ def run_level(server, kind, speculate, clients, prompts, args):
         except Exception as error:  # reported after the level
             errors.append(error)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = run_at_once(clients, client)
     if errors:
         raise errors[0]
     done = [a for per_client in answers for a in per_client]

@@ -276,6 +276,18 @@ def run_agent(server, kind, max_tokens):
                  max_tokens, kind) for r in AGENT_REQUESTS]
 
 
+def run_at_once(count, work):
+    """Runs `work(i)` for i in 0..count, each in its own thread, all at once; the wall time
+    until the last one ended, in seconds."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
+
+
 def run_load(server, kind, conversations, system_chars, turns, max_tokens):
     """`conversations` chats at once (each with its own first line, so no conversation
     shares K/V with another, nor with those of an earlier run), `turns` turns each;
@@ -284,13 +296,7 @@ def run_load(server, kind, conversations, system_chars, turns, max_tokens):
     def one(i):
         system = f"Run {conversations}, conversation {i}.\n" + chat_system(system_chars)
         results[i] = run_chat(server, kind, system, turns, max_tokens)
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(conversations)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = run_at_once(conversations, one)
     tokens = sum(r["completion_tokens"] or 0 for rs in results for r in rs)
     return {"conversations": conversations, "seconds": elapsed, "tokens": tokens,
             "tokens_per_s": tokens / elapsed, "runs": results}
