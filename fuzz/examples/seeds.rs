@@ -10,8 +10,8 @@ use prost::Message;
 use specd_fuzz::chunk_stream;
 use specd_fuzz::stop_case::{StopCase, CANCEL_AT_END, IGNORE_EOS, STRIP_LEADING_SPACE};
 use specd_wire::generation::{
-    generate_request, ChatMessage, ChatMessages, GenerateRequest, SamplingParams,
-    SpeculativeParams, TokenIds,
+    generate_request, output_constraint, ChatMessage, ChatMessages, GenerateRequest,
+    OutputConstraint, SamplingParams, SpeculativeParams, TokenIds,
 };
 use specd_wire::kv::{snapshot_chunks, KvDeltaTensors, KvPair, KvSnapshot};
 use specd_wire::{tensor, WireTensor};
@@ -156,6 +156,7 @@ fn generate_request() -> Seeds {
             top_p: Some(0.9),
             top_k: Some(5),
             seed: Some(42),
+            ..Default::default()
         }),
         ..base.clone()
     };
@@ -165,10 +166,12 @@ fn generate_request() -> Seeds {
                 ChatMessage {
                     role: "system".to_owned(),
                     content: "w1 w2".to_owned(),
+                    ..Default::default()
                 },
                 ChatMessage {
                     role: "user".to_owned(),
                     content: "w7 w8 w9".to_owned(),
+                    ..Default::default()
                 },
             ],
             template_variables_json: String::new(),
@@ -176,6 +179,23 @@ fn generate_request() -> Seeds {
         speculative: Some(SpeculativeParams {
             disabled: false,
             block_size: Some(4),
+            ..Default::default()
+        }),
+        ..base.clone()
+    };
+    let shaped = GenerateRequest {
+        sampling: Some(SamplingParams {
+            temperature: Some(0.8),
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(-0.25),
+            repetition_penalty: Some(1.2),
+            min_p: Some(0.05),
+            logit_bias: [(3, 4.0), (5, -100.0)].into_iter().collect(),
+            ..Default::default()
+        }),
+        top_logprobs: Some(3),
+        constraint: Some(OutputConstraint {
+            kind: Some(output_constraint::Kind::Regex("w[0-9]+( w[0-9]+)*".to_owned())),
         }),
         ..base.clone()
     };
@@ -185,6 +205,7 @@ fn generate_request() -> Seeds {
         speculative: Some(SpeculativeParams {
             disabled: true,
             block_size: Some(0),
+            ..Default::default()
         }),
         ..base.clone()
     };
@@ -192,6 +213,7 @@ fn generate_request() -> Seeds {
         ("prompt_ids", base.encode_to_vec()),
         ("text_sampled", text.encode_to_vec()),
         ("chat_block_4", chat.encode_to_vec()),
+        ("shaped_constrained", shaped.encode_to_vec()),
         ("refused_max_tokens", refused.encode_to_vec()),
     ]
 }

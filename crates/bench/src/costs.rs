@@ -109,6 +109,7 @@ pub fn measure_target<T: TargetModel>(
                     hidden: rows,
                     sampling: &greedy,
                     output_index_base: 0,
+                    shaping: Default::default(),
                 },
             )?;
             let elapsed = start.elapsed();

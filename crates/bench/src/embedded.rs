@@ -213,5 +213,8 @@ pub(super) fn greedy_request(
         },
         block_size,
         cache_scope: Default::default(),
+        forced_drafts: 0,
+        rules: Default::default(),
+        top_logprobs: None,
     }
 }

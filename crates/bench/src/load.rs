@@ -264,6 +264,7 @@ pub async fn split(
             let speculative = SpeculativeParams {
                 block_size: None,
                 disabled: !speculative,
+                ..Default::default()
             };
             let request = split::greedy_request(ids, max_tokens, speculative);
             let mut stream = client

@@ -27,9 +27,11 @@ pub(super) fn greedy_request(
             top_p: Some(1.0),
             top_k: Some(0),
             seed: Some(0),
+            ..Default::default()
         }),
         speculative: Some(speculative),
         cache_salt: String::new(),
+        ..Default::default()
     }
 }
 
@@ -65,14 +67,17 @@ pub async fn generate(
         SplitBlock::Plain => SpeculativeParams {
             block_size: None,
             disabled: true,
+            ..Default::default()
         },
         SplitBlock::Fixed(size) => SpeculativeParams {
             block_size: Some(u32::try_from(size).context("block_size: exceeds 32 bits")?),
             disabled: false,
+            ..Default::default()
         },
         SplitBlock::Adaptive => SpeculativeParams {
             block_size: None,
             disabled: false,
+            ..Default::default()
         },
     };
     let request = greedy_request(prompt_ids.to_vec(), max_tokens, speculative);

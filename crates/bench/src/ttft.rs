@@ -175,6 +175,9 @@ async fn measure_embedded<T: TargetModel>(
                     BlockSizeConfig::PLAIN
                 },
                 cache_scope: Default::default(),
+                forced_drafts: 0,
+                rules: Default::default(),
+                top_logprobs: None,
             };
             let time = if spec {
                 first_token(verifier, Some(drafter), request).await?

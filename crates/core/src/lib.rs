@@ -6,6 +6,7 @@
 //! * [`stats`]: per-request speculative statistics.
 //! * [`stop`]: stop conditions and incremental text output.
 //! * [`verifier`] and [`drafter`]: the two sides of a round, as async traits.
+//! * [`constraint`]: what a grammar must tell the round loop to constrain a request.
 //! * [`round_loop`]: the per-request state machine that drives them.
 //! * [`ngram`]: the model-free prompt-lookup drafter.
 //! * [`hybrid`]: prompt lookup in front of another drafter, for rounds that copy.
@@ -13,6 +14,7 @@
 
 pub mod acceptance;
 pub mod block_size;
+pub mod constraint;
 pub mod drafter;
 pub mod fallback;
 pub mod finish;
@@ -35,6 +37,7 @@ pub use block_size::{
     load_block_cap, BlockPlanner, BlockSizeConfig, BlockSizeController, GovernedRound,
     SpeculationGovernor,
 };
+pub use constraint::{BlockMasks, ConstraintError, TokenConstraint};
 pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 pub use fallback::{DrafterFallback, FallbackCause};
 pub use finish::FinishReason;
@@ -46,7 +49,7 @@ pub use round_loop::{
     Event, EventSink, Finish, GenerationRequest, RequestControl, RoundLoop, RoundLoopError,
     TokenDelta,
 };
-pub use sampling::{sample, SamplingParams};
+pub use sampling::{sample, LogitRules, SamplingParams, TokenLogprob, TokenMask};
 pub use stats::SpecStats;
 pub use stop::{Detokenizer, StopConditions};
 pub use verifier::{ForwardCost, PrefillRequest, Prefilled, Verified, Verifier, VerifyRequest};

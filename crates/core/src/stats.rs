@@ -25,6 +25,10 @@ pub struct SpecStats {
     pub speculation_switches: u64,
     /// Prompt tokens whose K/V the verifier took from its prefix cache.
     pub cached_prompt_tokens: u64,
+    /// Drafts an output constraint forced (verified without asking the drafter).
+    pub forced_drafted: u64,
+    /// Of the forced drafts, those the target accepted.
+    pub forced_accepted: u64,
 }
 
 impl SpecStats {

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use crate::ids::SeqId;
 use crate::prefix_cache::CacheScope;
-use crate::sampling::SamplingParams;
+use crate::sampling::{LogitRules, SamplingParams, TokenLogprob, TokenMask};
 
 /// Prefill a new sequence and sample its first token.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +19,15 @@ pub struct PrefillRequest {
     pub want_carry: bool,
     /// Which cached prefixes the sequence may start from (and leaves its own K/V to).
     pub cache_scope: CacheScope,
+    /// Bias, penalties and min-p, kept for every later round of the sequence.
+    pub rules: LogitRules,
+    /// Report every token's log probability with this many alternatives, in every round.
+    pub top_logprobs: Option<u32>,
+    /// The tokens a constraint allows as the first token.
+    pub mask: Option<TokenMask>,
+    /// Trailing tokens of `prompt_ids` that are already output (a sequence moved from
+    /// another verifier), which the penalties count as output; 0 for a new sequence.
+    pub emitted_in_prompt: usize,
 }
 
 /// Result of a prefill.
@@ -32,6 +41,8 @@ pub struct Prefilled<C> {
     pub carry: Option<C>,
     /// Prompt tokens whose K/V came from the prefix cache instead of the prefill.
     pub cached_tokens: usize,
+    /// The first token's log probability, when the sequence reports them.
+    pub first_logprob: Option<TokenLogprob>,
 }
 
 /// Verify one block and roll back what was not accepted, in one call.
@@ -52,6 +63,8 @@ pub struct VerifyRequest {
     pub output_index_base: u64,
     /// Whether a drafter will need this round's carry.
     pub want_carry: bool,
+    /// The tokens a constraint allows at each row (one per token); empty: unconstrained.
+    pub masks: Vec<TokenMask>,
 }
 
 impl VerifyRequest {
@@ -81,6 +94,8 @@ pub struct Verified<C> {
     /// The target forward this round ran in, when the verifier reports it (a replayed
     /// round ran none).
     pub forward: Option<ForwardCost>,
+    /// The log probability of each of `new_tokens`, when the sequence reports them.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// One target forward as the verifier ran it: every row of a batch shares it.

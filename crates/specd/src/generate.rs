@@ -392,6 +392,9 @@ fn generate_with<T: TargetModel>(
         },
         block_size,
         cache_scope: Default::default(),
+        forced_drafts: 0,
+        rules: Default::default(),
+        top_logprobs: None,
     };
     let mut sink = PrintSink {
         stream: !args.json,

@@ -48,6 +48,7 @@ impl<'a, T: TargetModel> ProbedVerifier<'a, T> {
                 budget: 1,
                 output_index_base: 0,
                 want_carry: false,
+                masks: Vec::new(),
             })?;
             times.push(started.elapsed());
             self.inner.truncate_sync(seq, len)?;

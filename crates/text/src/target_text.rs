@@ -123,8 +123,49 @@ impl TargetText {
         self.tokenizer.is_some()
     }
 
+    /// The tokenizer itself, for what needs the vocabulary (grammar constraints).
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
     pub fn has_chat_template(&self) -> bool {
         self.template.is_some() && self.tokenizer.is_some()
+    }
+
+    /// The id of the token written `token` (added tokens such as `<tool_call>` included);
+    /// None without a tokenizer or when the vocabulary has no such token.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.as_ref()?.token_to_id(token)
+    }
+
+    /// The bytes token `id` stands for, special tokens as written (`<|im_end|>`); None
+    /// without a tokenizer or for an id past the vocabulary. Log probabilities report
+    /// tokens one by one, and one token of a byte-level or byte-fallback vocabulary may be
+    /// part of a character: decoding it alone gives U+FFFD, so such a token's bytes are read
+    /// from its vocabulary entry instead.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        let tokenizer = self.tokenizer.as_ref()?;
+        let added = tokenizer.get_added_vocabulary().get_added_tokens_decoder();
+        if let Some(token) = added.get(&id) {
+            return Some(token.content.clone().into_bytes());
+        }
+        let entry = tokenizer.id_to_token(id)?;
+        let decoded = tokenizer.decode(&[id], false).unwrap_or_default();
+        if !decoded.contains(char::REPLACEMENT_CHARACTER) {
+            return Some(decoded.into_bytes());
+        }
+        Some(
+            byte_fallback(&entry)
+                .map(|byte| vec![byte])
+                .or_else(|| byte_level_bytes(&entry))
+                .unwrap_or_else(|| decoded.into_bytes()),
+        )
+    }
+
+    /// [`Self::token_bytes`] as text, a partial character as U+FFFD.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.token_bytes(id)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// Token ids of a text prompt, special tokens added as the tokenizer's post-processor
@@ -197,8 +238,62 @@ fn end_of_turn(eos_token_ids: &[u32], tokenizer: &Tokenizer, named: Option<&str>
     ids
 }
 
+/// The byte of a SentencePiece byte-fallback token (`<0xE2>`).
+fn byte_fallback(entry: &str) -> Option<u8> {
+    let hex = entry.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// The bytes of a byte-level BPE vocabulary entry: GPT-2 writes each byte as a printable
+/// character (the printable Latin-1 ones as themselves, the rest as U+0100 onwards, in
+/// byte order). None when a character is outside that map.
+fn byte_level_bytes(entry: &str) -> Option<Vec<u8>> {
+    entry.chars().map(byte_level_byte).collect()
+}
+
+fn byte_level_byte(c: char) -> Option<u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let code = u32::from(c);
+    if let Ok(byte) = u8::try_from(code) {
+        return printable(byte).then_some(byte);
+    }
+    let rank = code.checked_sub(256)?;
+    (0..=255u8)
+        .filter(|&b| !printable(b))
+        .nth(usize::try_from(rank).ok()?)
+}
+
 fn is_gguf(path: &Path) -> Result<bool> {
     let mut magic = [0u8; 4];
     let mut file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
     Ok(file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_characters_map_back_to_their_bytes() {
+        // GPT-2's map: "Ġ" is the space, "Ċ" the newline, "Ā" the NUL, "Ń" the soft hyphen;
+        // "ðŁ" the first two bytes of an emoji.
+        assert_eq!(byte_level_bytes("Ġhi"), Some(b" hi".to_vec()));
+        assert_eq!(byte_level_bytes("Ċ"), Some(b"\n".to_vec()));
+        assert_eq!(byte_level_bytes("Āġł"), Some(vec![0x00, 0x7F, 0xA0]));
+        assert_eq!(byte_level_bytes("Ń"), Some(vec![0xAD]));
+        assert_eq!(byte_level_bytes("ðŁ"), Some(vec![0xF0, 0x9F]));
+        assert_eq!(byte_level_bytes("\u{FFFD}"), None);
+        assert_eq!(byte_level_bytes(" "), None);
+    }
+
+    #[test]
+    fn byte_fallback_tokens_are_one_byte() {
+        assert_eq!(byte_fallback("<0xE2>"), Some(0xE2));
+        assert_eq!(byte_fallback("<0x0A>"), Some(b'\n'));
+        assert_eq!(byte_fallback("<0xE>"), None);
+        assert_eq!(byte_fallback("<eos>"), None);
+    }
 }

@@ -31,21 +31,25 @@ pub mod tls;
 /// `specd.v1.Tensor`: the wire form of a tensor (see [`tensor`] for the candle codec).
 pub use pb::Tensor as WireTensor;
 pub use pb::{
-    snapshot_chunk, KvDelta, KvPart, Sampling, SnapshotChunk, SnapshotData, SnapshotHeader,
-    TensorSpec,
+    snapshot_chunk, KvDelta, KvPart, LogitRules, Sampling, SnapshotChunk, SnapshotData,
+    SnapshotHeader, TensorSpec, TokenLogprob, TopLogprob,
 };
 
 /// The public `specd.v1.Generation` service (served by the router).
 pub mod generation {
+    pub use crate::pb::chat_message;
     pub use crate::pb::generate_request;
     pub use crate::pb::generation_client::GenerationClient;
     pub use crate::pb::generation_server::{
         Generation, GenerationServer, SERVICE_NAME as GENERATION_SERVICE_NAME,
     };
+    pub use crate::pb::output_constraint;
     pub use crate::pb::{
         ChatMessage, ChatMessages, FinishReason, GenerateRequest, GenerateResponse,
-        GenerateStreamResponse, GenerationStats, SamplingParams, SpeculativeParams, TokenIds,
+        GenerateStreamResponse, GenerationStats, OutputConstraint, SamplingParams,
+        SpeculativeParams, TokenIds,
     };
+    pub use crate::pb::{TokenLogprob, TopLogprob};
 }
 
 /// The internal `specd.v1.Verifier` service (the target model).

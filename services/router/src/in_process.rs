@@ -8,7 +8,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use specd_core::round_loop::SinkClosed;
-use specd_core::{Event, EventSink, Finish, GenerationRequest, RequestControl, RoundLoopError};
+use specd_core::{
+    Event, EventSink, Finish, GenerationRequest, RequestControl, RoundLoopError, TokenConstraint,
+};
 use specd_text::TargetText;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -34,6 +36,7 @@ pub trait InProcessEngine: Send + Sync + 'static {
     fn run(
         self: Arc<Self>,
         request: GenerationRequest,
+        constraint: Option<Box<dyn TokenConstraint>>,
         text: Arc<TargetText>,
         events: EventSender,
         control: RequestControl,
@@ -74,6 +77,7 @@ pub fn loop_status<E: std::error::Error>(
 pub(crate) async fn run_in_process<S: EventSink>(
     engine: &Arc<dyn InProcessEngine>,
     request: GenerationRequest,
+    constraint: Option<Box<dyn TokenConstraint>>,
     text: Arc<TargetText>,
     sink: &mut S,
     control: &RequestControl,
@@ -81,6 +85,7 @@ pub(crate) async fn run_in_process<S: EventSink>(
     let (events, mut received) = mpsc::channel(EVENTS_BUFFER);
     let run = AbortOnDrop(tokio::spawn(engine.clone().run(
         request,
+        constraint,
         text,
         events,
         control.clone(),

@@ -24,6 +24,7 @@ pub mod drafters;
 pub mod error;
 mod http;
 pub mod in_process;
+mod output_format;
 pub mod overlap;
 mod pool_member;
 pub mod predraft;

@@ -28,6 +28,7 @@ use crate::error::RemoteError;
 use crate::sampling::sampling_to_wire;
 use crate::verifiers::{Replica, VerifierPool};
 use specd_telemetry::propagation::traced;
+use specd_wire::sampling::{logprob_from_wire, mask_to_wire, rules_to_wire};
 
 /// Attempts of a Verify that failed in transport; the round is idempotent, so a retry after
 /// a lost answer is safe.
@@ -76,6 +77,8 @@ struct History {
     ids: Vec<u32>,
     prompt_len: usize,
     sampling: Option<specd_wire::Sampling>,
+    rules: Option<specd_wire::LogitRules>,
+    top_logprobs: Option<u32>,
     with_mtp_state: bool,
     /// The request's prefix-cache scope, which a replica it moves to keeps.
     cache_scope: String,
@@ -104,6 +107,7 @@ struct PrefillOutcome {
     cached_tokens: u32,
     committed_len: u32,
     carry: WireCarry,
+    first_logprob: Option<specd_wire::TokenLogprob>,
 }
 
 impl RemoteSequence {
@@ -255,6 +259,17 @@ impl RemoteSequence {
                 with_mtp_state: history.with_mtp_state,
                 max_chunk_bytes: self.options.max_chunk_bytes,
                 cache_scope: history.cache_scope.clone(),
+                rules: history.rules.clone(),
+                top_logprobs: history.top_logprobs,
+                // The token the new replica samples from it is not used: the round that
+                // failed runs again there, with its masks.
+                first_mask: Default::default(),
+                emitted_in_prompt: u32::try_from(
+                    committed
+                        .min(history.ids.len())
+                        .saturating_sub(history.prompt_len),
+                )
+                .unwrap_or(u32::MAX),
             }
         };
         // The lost replica may still hold the sequence (a dropped connection, not a crash).
@@ -388,6 +403,7 @@ async fn prefill_call(
         cached_tokens: head.cached_tokens,
         committed_len: head.committed_len,
         carry,
+        first_logprob: head.first_logprob,
     })
 }
 
@@ -449,6 +465,8 @@ impl Verifier for RemoteSequence {
             history.ids = request.prompt_ids.clone();
             history.prompt_len = request.prompt_ids.len();
             history.sampling = Some(sampling);
+            history.rules = rules_to_wire(&request.rules);
+            history.top_logprobs = request.top_logprobs;
             history.with_mtp_state = with_mtp_state;
             history.cache_scope = request.cache_scope.0.clone();
         }
@@ -459,6 +477,10 @@ impl Verifier for RemoteSequence {
             with_mtp_state,
             max_chunk_bytes: self.options.max_chunk_bytes,
             cache_scope: request.cache_scope.0,
+            rules: rules_to_wire(&request.rules),
+            top_logprobs: request.top_logprobs,
+            first_mask: request.mask.as_ref().map(mask_to_wire).unwrap_or_default(),
+            emitted_in_prompt: 0,
         };
         let outcome = self.place(wire, 0, &mut Vec::new()).await?;
         self.history().ids.push(outcome.first_token);
@@ -466,6 +488,7 @@ impl Verifier for RemoteSequence {
             first_token: outcome.first_token,
             carry: request.want_carry.then_some(outcome.carry),
             cached_tokens: outcome.cached_tokens as usize,
+            first_logprob: outcome.first_logprob.as_ref().map(logprob_from_wire),
         })
     }
 
@@ -482,6 +505,7 @@ impl Verifier for RemoteSequence {
                 budget: u32::try_from(request.budget).unwrap_or(u32::MAX),
                 output_index_base,
                 committed_len: handle.committed_len,
+                masks: request.masks.iter().map(mask_to_wire).collect(),
             };
             match self.verify_on(&handle, &wire).await {
                 Ok(response) => break (response, wire),
@@ -526,6 +550,7 @@ impl Verifier for RemoteSequence {
             new_tokens: response.new_tokens,
             carry: request.want_carry.then_some(carry),
             forward,
+            logprobs: response.logprobs.iter().map(logprob_from_wire).collect(),
         })
     }
 

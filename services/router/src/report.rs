@@ -17,6 +17,8 @@ pub struct Transcript {
     pub tokens: Vec<u32>,
     pub text: String,
     pub first_token_at: Option<Instant>,
+    /// One per token, when the request asked for log probabilities.
+    pub logprobs: Vec<specd_wire::TokenLogprob>,
 }
 
 impl Transcript {
@@ -26,6 +28,12 @@ impl Transcript {
         }
         self.tokens.extend_from_slice(&delta.tokens);
         self.text.push_str(&delta.text);
+        self.logprobs.extend(
+            delta
+                .logprobs
+                .iter()
+                .map(specd_wire::sampling::logprob_to_wire),
+        );
     }
 }
 
@@ -95,6 +103,8 @@ impl RequestFacts {
             predraft_branch_hits: self.predraft.branch_hits(),
             overlap_switches: self.predraft.switches(),
             cached_prompt_tokens: saturate(spec.cached_prompt_tokens),
+            forced_drafted: saturate(spec.forced_drafted),
+            forced_accepted: saturate(spec.forced_accepted),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

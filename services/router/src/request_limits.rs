@@ -49,7 +49,16 @@ impl RequestLimits {
                 "messages",
                 chat.messages
                     .iter()
-                    .map(|m| m.role.len() + m.content.len())
+                    .map(|m| {
+                        m.role.len()
+                            + m.content.len()
+                            + m.tool_call_id.len()
+                            + m.name.len()
+                            + m.tool_calls
+                                .iter()
+                                .map(|c| c.id.len() + c.name.len() + c.arguments_json.len())
+                                .sum::<usize>()
+                    })
                     .sum::<usize>()
                     + chat.template_variables_json.len(),
             ),
@@ -94,7 +103,7 @@ impl RequestLimits {
 
 #[cfg(test)]
 mod tests {
-    use specd_wire::generation::{ChatMessage, ChatMessages};
+    use specd_wire::generation::{chat_message, ChatMessage, ChatMessages};
 
     use super::*;
 
@@ -128,6 +137,27 @@ mod tests {
                         messages: vec![ChatMessage {
                             role: "user".into(),
                             content: "hello".into(),
+                            ..Default::default()
+                        }],
+                        template_variables_json: String::new(),
+                    })),
+                    ..GenerateRequest::default()
+                },
+                "messages:",
+                "--max-prompt-bytes",
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                GenerateRequest {
+                    input: Some(generate_request::Input::Messages(ChatMessages {
+                        messages: vec![ChatMessage {
+                            role: "tool".into(),
+                            tool_calls: vec![chat_message::ToolCall {
+                                id: "c".into(),
+                                name: "f".into(),
+                                arguments_json: "{\"x\":1}".into(),
+                            }],
+                            ..Default::default()
                         }],
                         template_variables_json: String::new(),
                     })),

@@ -18,6 +18,7 @@ use crate::config::{RouterConfig, TargetLimits};
 use crate::drafters::{DrafterPool, Drafters, Lease};
 use crate::error::RemoteError;
 use crate::in_process::{loop_status, run_in_process, InProcessEngine};
+use crate::output_format::Grammars;
 use crate::overlap::{Overlap, OverlapMode};
 use crate::predraft::{PredraftCounts, Predrafting};
 use crate::remote_drafter::RemoteSession;
@@ -54,6 +55,8 @@ pub struct RouterState {
     pub(crate) admission: Arc<Admission>,
     /// Whether drafters pre-draft, per drafter, from what the rounds measured.
     pub(crate) overlap: Arc<Overlap>,
+    /// The target's vocabulary for output constraints.
+    pub(crate) grammars: Arc<Grammars>,
     next_id: AtomicU64,
 }
 
@@ -91,8 +94,16 @@ impl RouterState {
             max_block_size,
             drafter_parallelism,
         ));
+        let grammars = Arc::new(Grammars::new(text.clone(), limits.vocab_size));
+        // The vocabulary trie takes a pass over every token: built now, beside startup,
+        // rather than by the first request that asks for a format.
+        let warm = grammars.clone();
+        let _ = std::thread::Builder::new()
+            .name("grammar-vocabulary".into())
+            .spawn(move || warm.prepare());
         Self {
             backend,
+            grammars,
             limits,
             overlap: Arc::new(Overlap::new(config.overlap)),
             config,
@@ -140,7 +151,7 @@ impl RouterState {
 
     async fn run_loop<S: EventSink>(
         &self,
-        plan: Plan,
+        mut plan: Plan,
         sink: &mut S,
         control: &RequestControl,
         scope: &RequestScope,
@@ -154,6 +165,14 @@ impl RouterState {
             deadline: scope.deadline,
             max_snapshot_bytes: self.config.max_snapshot_bytes,
         };
+        // Forced tokens are verified as drafts unless the request turned speculation (or
+        // fast-forward) off.
+        let forced_drafts = match plan.block {
+            BlockChoice::Disabled => 0,
+            _ if !plan.fast_forward => 0,
+            _ => self.config.block_ceiling(&self.limits).saturating_sub(1),
+        };
+        let constraint = plan.constraint.take();
         let request = |block_size| GenerationRequest {
             seq: SeqId(id),
             session: SessionId(id),
@@ -168,6 +187,9 @@ impl RouterState {
             },
             block_size,
             cache_scope: scope.cache_scope.clone(),
+            rules: plan.rules.clone(),
+            top_logprobs: plan.top_logprobs,
+            forced_drafts,
         };
         let verifiers = match &self.backend {
             Backend::Remote(verifiers) => verifiers,
@@ -175,8 +197,15 @@ impl RouterState {
                 if !engine.speculates() {
                     block = BlockSizeConfig::PLAIN;
                 }
-                return run_in_process(engine, request(block), self.text.clone(), sink, control)
-                    .await;
+                return run_in_process(
+                    engine,
+                    request(block),
+                    constraint,
+                    self.text.clone(),
+                    sink,
+                    control,
+                )
+                .await;
             }
         };
         let choice = match (&self.drafters, block.is_speculative()) {
@@ -195,13 +224,13 @@ impl RouterState {
             Drafting::Plain => {
                 let verifier = self.sequence(verifiers, options, scope);
                 RoundLoop::plain(&verifier, &*self.text)
-                    .run(request(BlockSizeConfig::PLAIN), sink, control)
+                    .run_constrained(request(BlockSizeConfig::PLAIN), constraint, sink, control)
                     .await
             }
             Drafting::Lookup(lookup) => {
                 let verifier = self.sequence(verifiers, options, scope);
                 self.round_loop(&verifier, Some(&**lookup))
-                    .run(request(block), sink, control)
+                    .run_constrained(request(block), constraint, sink, control)
                     .await
             }
             Drafting::Service(pool, lease) => {
@@ -229,12 +258,12 @@ impl RouterState {
                         let hybrid = HybridDrafter::new(session, lookup.config())
                             .map_err(|e| Status::internal(e.to_string()))?;
                         self.round_loop(&verifier, Some(&hybrid))
-                            .run(request(block), sink, control)
+                            .run_constrained(request(block), constraint, sink, control)
                             .await
                     }
                     _ => {
                         self.round_loop(&verifier, Some(&session))
-                            .run(request(block), sink, control)
+                            .run_constrained(request(block), constraint, sink, control)
                             .await
                     }
                 }

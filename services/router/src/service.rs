@@ -115,6 +115,11 @@ impl GenerationService {
         &self.state.config
     }
 
+    /// The target's tokenizer, chat template and stop ids.
+    pub(crate) fn text(&self) -> &TargetText {
+        &self.state.text
+    }
+
     /// What the verifier reported about the target.
     pub fn target_limits(&self) -> &TargetLimits {
         &self.state.limits
@@ -220,7 +225,11 @@ impl GenerationService {
             .map_err(|_| Status::unavailable("router: shutting down"))?;
         let state = self.state.clone();
         tokio::task::spawn_blocking(move || {
-            plan(request, &state.limits, &state.config, &state.text)
+            let mut request = request;
+            let constraint = request.constraint.take();
+            let mut plan = plan(request, &state.limits, &state.config, &state.text)?;
+            plan.constraint = state.grammars.compile(constraint.as_ref())?;
+            Ok(plan)
         })
         .await
         .map_err(|_| Status::internal("validating the request failed"))?
@@ -269,6 +278,7 @@ impl Generation for GenerationService {
             finish_reason: report.finish_reason.into(),
             stats: Some(report.stats),
             matched_stop: report.matched_stop,
+            logprobs: sink.transcript.logprobs,
         }))
     }
 

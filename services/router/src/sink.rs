@@ -65,6 +65,11 @@ impl EventSink for StreamSink {
                     finish_reason: FinishReason::Unspecified.into(),
                     stats: None,
                     matched_stop: String::new(),
+                    logprobs: delta
+                        .logprobs
+                        .iter()
+                        .map(specd_wire::sampling::logprob_to_wire)
+                        .collect(),
                 }
             }
             Event::Finished(finish) => {
@@ -75,6 +80,7 @@ impl EventSink for StreamSink {
                     finish_reason: report.finish_reason.into(),
                     stats: Some(report.stats),
                     matched_stop: report.matched_stop,
+                    logprobs: Vec::new(),
                 }
             }
         };

@@ -3,7 +3,8 @@
 use std::hash::{BuildHasher, RandomState};
 
 use specd_core::sampling::mix64;
-use specd_core::SamplingParams;
+use specd_core::sampling::MAX_TOP_LOGPROBS;
+use specd_core::{LogitRules, SamplingParams, TokenConstraint};
 use specd_text::{ChatMessage, TemplateVariables, TextError};
 use specd_wire::generation::{generate_request, ChatMessages, GenerateRequest};
 use tonic::Status;
@@ -23,7 +24,6 @@ pub enum BlockChoice {
 }
 
 /// A validated request.
-#[derive(Debug, Clone)]
 pub struct Plan {
     pub prompt_ids: Vec<u32>,
     /// Ids that end the completion as end of sequence: the target's, and for a chat request
@@ -37,6 +37,12 @@ pub struct Plan {
     pub ignore_eos: bool,
     pub stop: Vec<String>,
     pub block: BlockChoice,
+    pub rules: LogitRules,
+    pub top_logprobs: Option<u32>,
+    /// The compiled output format, when the request has one.
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// Verify what the constraint forces as free drafts.
+    pub fast_forward: bool,
 }
 
 /// Checks `request` against the target and the router's configuration.
@@ -49,6 +55,12 @@ pub fn plan(
     let prompt = prompt_ids(request.input, limits, text)?;
     let (prompt_ids, prompt_field) = (prompt.ids, prompt.field);
     let sampling = sampling(request.sampling.as_ref())?;
+    let rules = rules(request.sampling.as_ref(), limits.vocab_size)?;
+    if let Some(top) = request.top_logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+        return Err(Status::invalid_argument(format!(
+            "top_logprobs: at most {MAX_TOP_LOGPROBS}, got {top}"
+        )));
+    }
     if let Some(i) = request.stop.iter().position(String::is_empty) {
         return Err(Status::invalid_argument(format!(
             "stop[{i}]: must not be empty"
@@ -110,6 +122,14 @@ pub fn plan(
         ignore_eos: request.ignore_eos,
         stop: request.stop,
         block,
+        rules,
+        top_logprobs: request.top_logprobs,
+        constraint: None,
+        fast_forward: request
+            .speculative
+            .as_ref()
+            .and_then(|s| s.fast_forward)
+            .unwrap_or(true),
     })
 }
 
@@ -215,7 +235,18 @@ fn chat_messages(chat: ChatMessages) -> Result<Vec<ChatMessage>, Status> {
                     "messages[{i}].role: must not be empty"
                 )));
             }
-            Ok(ChatMessage::new(message.role, message.content))
+            let mut turn = ChatMessage::new(message.role, message.content)
+                .with_tool_call_id(message.tool_call_id)
+                .with_name(message.name);
+            for (j, call) in message.tool_calls.into_iter().enumerate() {
+                if call.name.is_empty() {
+                    return Err(Status::invalid_argument(format!(
+                        "messages[{i}].tool_calls[{j}].name: must not be empty"
+                    )));
+                }
+                turn = turn.with_tool_call(call.id, call.name, &call.arguments_json);
+            }
+            Ok(turn)
         })
         .collect()
 }
@@ -235,6 +266,30 @@ fn sampling(
         Status::invalid_argument(format!("sampling.{}: {}", error.field, error.reason))
     })?;
     Ok(params)
+}
+
+/// The bias, penalties and min-p of a request, checked against the target's vocabulary;
+/// errors name `sampling.<field>`.
+fn rules(
+    wire: Option<&specd_wire::generation::SamplingParams>,
+    vocab_size: usize,
+) -> Result<LogitRules, Status> {
+    let Some(wire) = wire else {
+        return Ok(LogitRules::default());
+    };
+    let mut logit_bias: Vec<(u32, f32)> = wire.logit_bias.iter().map(|(&t, &b)| (t, b)).collect();
+    logit_bias.sort_by_key(|&(token, _)| token);
+    let rules = LogitRules {
+        presence_penalty: wire.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: wire.frequency_penalty.unwrap_or(0.0),
+        repetition_penalty: wire.repetition_penalty.unwrap_or(1.0),
+        logit_bias,
+        min_p: wire.min_p.unwrap_or(0.0),
+    };
+    rules.validate(Some(vocab_size)).map_err(|error| {
+        Status::invalid_argument(format!("sampling.{}: {}", error.field, error.reason))
+    })?;
+    Ok(rules)
 }
 
 /// A seed nobody chose: the process's random hasher keys mixed with a counter.

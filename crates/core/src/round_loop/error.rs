@@ -1,6 +1,7 @@
 //! Why a request failed.
 
 use super::request::RequestError;
+use crate::constraint::ConstraintError;
 use crate::stop::DetokenizeError;
 
 /// A request failed. Drafter failures never end up here: they switch the request to plain
@@ -24,4 +25,8 @@ pub enum RoundLoopError<E: std::error::Error + 'static> {
     /// Emitted tokens could not be turned into text.
     #[error(transparent)]
     Detokenize(#[from] DetokenizeError),
+    /// The output constraint failed (it refused a token the verifier sampled under its
+    /// mask, or broke down).
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
 }

@@ -3,10 +3,11 @@
 use std::future::Future;
 
 use crate::finish::FinishReason;
+use crate::sampling::TokenLogprob;
 use crate::stats::SpecStats;
 
 /// Tokens emitted by one step (the prefill or one round), with their text.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TokenDelta {
     /// Output index of the first token here (the prefill token has index 0).
     pub first_index: u64,
@@ -15,6 +16,8 @@ pub struct TokenDelta {
     /// Text that became safe to show with these tokens (possibly empty, see
     /// [`crate::stop::StopChecker`]).
     pub text: String,
+    /// The log probability of each token, when the request asked for them.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// How a request ended.
@@ -29,7 +32,7 @@ pub struct Finish {
 }
 
 /// One message to the caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// New tokens and text.
     Tokens(TokenDelta),

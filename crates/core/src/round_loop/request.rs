@@ -3,7 +3,9 @@
 use crate::block_size::BlockSizeConfig;
 use crate::ids::{SeqId, SessionId};
 use crate::prefix_cache::CacheScope;
-use crate::sampling::{SamplingParamError, SamplingParams};
+use crate::sampling::{
+    LogitRuleError, LogitRules, SamplingParamError, SamplingParams, MAX_TOP_LOGPROBS,
+};
 use crate::stop::{StopConditionError, StopConditions};
 
 /// One request for the round loop.
@@ -23,6 +25,13 @@ pub struct GenerationRequest {
     pub block_size: BlockSizeConfig,
     /// Which cached prompt prefixes the request may reuse (its tenant's).
     pub cache_scope: CacheScope,
+    /// Bias, penalties and min-p.
+    pub rules: LogitRules,
+    /// Report every token's log probability with this many alternatives.
+    pub top_logprobs: Option<u32>,
+    /// Most drafts per round taken from what an output constraint forces (0: none): they
+    /// cost no drafter call, only verify rows.
+    pub forced_drafts: usize,
 }
 
 impl GenerationRequest {
@@ -32,6 +41,10 @@ impl GenerationRequest {
             return Err(RequestError::EmptyPrompt);
         }
         self.sampling.validate()?;
+        self.rules.validate(None)?;
+        if let Some(top) = self.top_logprobs.filter(|&top| top > MAX_TOP_LOGPROBS) {
+            return Err(RequestError::TopLogprobs(top));
+        }
         self.stop.validate()?;
         Ok(())
     }
@@ -49,6 +62,12 @@ pub enum RequestError {
     /// A stop condition is out of range.
     #[error(transparent)]
     Stop(#[from] StopConditionError),
+    /// A logit rule is out of range.
+    #[error(transparent)]
+    Rules(#[from] LogitRuleError),
+    /// More alternatives than a token may report.
+    #[error("invalid request `top_logprobs`: at most {MAX_TOP_LOGPROBS}, got {0}")]
+    TopLogprobs(u32),
 }
 
 impl RequestError {
@@ -58,6 +77,8 @@ impl RequestError {
             RequestError::EmptyPrompt => "prompt_ids",
             RequestError::Sampling(e) => e.field,
             RequestError::Stop(e) => &e.field,
+            RequestError::Rules(e) => e.field,
+            RequestError::TopLogprobs(_) => "top_logprobs",
         }
     }
 }

@@ -15,9 +15,11 @@ use super::events::{Event, EventSink, Finish, TokenDelta};
 use super::observe;
 use super::request::GenerationRequest;
 use crate::block_size::{BlockPlanner, DraftMeasurement, RoundOutcome};
+use crate::constraint::TokenConstraint;
 use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 use crate::fallback::{DrafterFallback, FallbackCause};
 use crate::finish::FinishReason;
+use crate::sampling::{TokenLogprob, TokenMask};
 use crate::stats::SpecStats;
 use crate::stop::{Detokenizer, StopChecker};
 use crate::verifier::{PrefillRequest, Verified, Verifier, VerifyRequest};
@@ -99,13 +101,26 @@ where
         sink: &mut S,
         control: &RequestControl,
     ) -> Result<Finish, RoundLoopError<V::Error>> {
+        self.run_constrained(request, None, sink, control).await
+    }
+
+    /// [`RoundLoop::run`] with every emitted token held to `constraint`: each position the
+    /// target samples is masked to what the constraint allows (in plain and speculative
+    /// rounds alike, so the output stays the same), drafts it refuses are cut, and tokens it
+    /// forces are verified as drafts (up to the request's `forced_drafts` per round).
+    pub async fn run_constrained<S: EventSink>(
+        &self,
+        request: GenerationRequest,
+        constraint: Option<Box<dyn TokenConstraint>>,
+        sink: &mut S,
+        control: &RequestControl,
+    ) -> Result<Finish, RoundLoopError<V::Error>> {
         request.validate()?;
         let mut cleanup = Cleanup::new(self.verifier, request.seq);
         let span = observe::generate_span(request.prompt_ids.len(), request.stop.max_tokens);
-        let result = Generation::new(self, &request, sink, control, &mut cleanup)
-            .run()
-            .instrument(span)
-            .await;
+        let mut generation = Generation::new(self, &request, sink, control, &mut cleanup);
+        generation.constraint = constraint;
+        let result = generation.run().instrument(span).await;
         cleanup.finish().await;
         result
     }
@@ -142,6 +157,8 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     /// still produce them).
     pending_carries: Vec<V::Carry>,
     pending_committed: Vec<u32>,
+    /// What the emitted tokens must keep to, when the request has a format.
+    constraint: Option<Box<dyn TokenConstraint>>,
 }
 
 /// A drafter session's open in flight.
@@ -151,6 +168,9 @@ struct Opening<'a, E> {
 }
 
 type Step<E> = Result<Option<FinishReason>, RoundLoopError<E>>;
+
+/// Drafts the constraint let through, and every verify row's mask.
+type Constrained<E> = Result<(Vec<u32>, Vec<TokenMask>), RoundLoopError<E>>;
 
 impl<'a, 'r, V, D, T, S> Generation<'a, 'r, V, D, T, S>
 where
@@ -192,12 +212,17 @@ where
             round: 0,
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
+            constraint: None,
         }
     }
 
     async fn run(mut self) -> Result<Finish, RoundLoopError<V::Error>> {
         let mut timer = observe::RequestTimer::start();
         self.decline_unpaying_speculation();
+        let mask = match self.constraint.as_deref_mut() {
+            Some(constraint) => Some(constraint.next_mask()?),
+            None => None,
+        };
         let prefilled = self
             .verifier
             .prefill(PrefillRequest {
@@ -206,6 +231,10 @@ where
                 sampling: self.request.sampling,
                 want_carry: self.drafter.is_some(),
                 cache_scope: self.request.cache_scope.clone(),
+                rules: self.request.rules.clone(),
+                top_logprobs: self.request.top_logprobs,
+                mask,
+                emitted_in_prompt: 0,
             })
             .await
             .map_err(RoundLoopError::Verifier)?;
@@ -214,7 +243,8 @@ where
         self.bonus = prefilled.first_token;
         // The first token goes out before the drafter session opens (a draft model prefills
         // the whole prompt to open), so speculation never delays it.
-        let mut finish = self.emit(&[prefilled.first_token]).await?.finish;
+        let logprobs: Vec<TokenLogprob> = prefilled.first_logprob.into_iter().collect();
+        let mut finish = self.emit(&[prefilled.first_token], logprobs).await?.finish;
         timer.first_token();
         let mut opening = match finish {
             None => self.start_open(prefilled.carry),
@@ -336,7 +366,9 @@ where
         observe::block_size(block_size);
         let mut draft_measurement = None;
         let mut drafting_alongside = 1;
+        let forced = self.forced_drafts(budget);
         let drafts = match self.drafter {
+            _ if !forced.is_empty() => forced.clone(),
             Some(drafter) if block_size > 1 => {
                 let catch_up = self.pending_carries.len() > 1;
                 let in_progress = self.planner.draft_started();
@@ -352,22 +384,29 @@ where
             }
             _ => Vec::new(),
         };
+        let (drafts, masks) = self.constrain(drafts)?;
         let verify_start = self.clock.now();
-        let verified = self.verify(&drafts, budget).await?;
+        let verified = self.verify(&drafts, budget, masks).await?;
         let verify_time = self.clock.now().saturating_duration_since(verify_start);
-        self.planner.observe(&RoundOutcome {
-            draft: draft_measurement,
-            drafting_alongside,
-            drafted: drafts.len(),
-            verify_time,
-            forward: verified.forward,
-            accepted: verified.accepted,
-        });
+        if forced.is_empty() {
+            self.planner.observe(&RoundOutcome {
+                draft: draft_measurement,
+                drafting_alongside,
+                drafted: drafts.len(),
+                verify_time,
+                forward: verified.forward,
+                accepted: verified.accepted,
+            });
+        } else {
+            // Forced drafts tell nothing of the drafter; only the counts keep them.
+            self.stats.forced_drafted += drafts.len() as u64;
+            self.stats.forced_accepted += verified.accepted as u64;
+        }
         let committed_before = self.committed_len;
         let accepted = verified.accepted;
         self.commit(&drafts, accepted, verified.carry);
 
-        let emitted = self.emit(&verified.new_tokens).await?;
+        let emitted = self.emit(&verified.new_tokens, verified.logprobs).await?;
         if let Some(reason) = emitted.finish {
             if emitted.count < accepted + 1 {
                 // The cache holds the whole accepted block; keep it to the prompt and every
@@ -381,6 +420,35 @@ where
             self.bonus = bonus;
         }
         Ok(None)
+    }
+
+    /// What the constraint forces next, as free drafts (none without a constraint).
+    fn forced_drafts(&mut self, budget: usize) -> Vec<u32> {
+        let max = self.request.forced_drafts.min(budget);
+        match self.constraint.as_deref_mut() {
+            Some(constraint) if max > 0 => constraint.forced(max),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The drafts the constraint lets through and every verify row's mask (no masks
+    /// without a constraint).
+    fn constrain(&mut self, mut drafts: Vec<u32>) -> Constrained<V::Error> {
+        let Some(constraint) = self.constraint.as_deref_mut() else {
+            return Ok((drafts, Vec::new()));
+        };
+        let block = constraint.block_masks(&drafts)?;
+        if block.kept < drafts.len() {
+            debug!(
+                seq = %self.request.seq,
+                round = self.round,
+                drafted = drafts.len(),
+                kept = block.kept,
+                "the constraint cut the drafts"
+            );
+            drafts.truncate(block.kept);
+        }
+        Ok((drafts, block.masks))
     }
 
     /// The planner's block size for the next round, booked in the stats.
@@ -409,6 +477,7 @@ where
         &mut self,
         drafts: &[u32],
         budget: usize,
+        masks: Vec<TokenMask>,
     ) -> Result<Verified<V::Carry>, RoundLoopError<V::Error>> {
         let round = self.round;
         let mut tokens = Vec::with_capacity(drafts.len() + 1);
@@ -423,11 +492,24 @@ where
                 budget,
                 output_index_base: self.emitted as u64,
                 want_carry: self.drafter.is_some(),
+                masks,
             })
             .await
             .map_err(RoundLoopError::Verifier)?;
         check_verify_answer(drafts, budget, verified.accepted, &verified.new_tokens)
             .map_err(|reason| RoundLoopError::InvalidVerifyAnswer { round, reason })?;
+        if self.request.top_logprobs.is_some()
+            && verified.logprobs.len() != verified.new_tokens.len()
+        {
+            return Err(RoundLoopError::InvalidVerifyAnswer {
+                round,
+                reason: format!(
+                    "{} log probabilities for {} tokens",
+                    verified.logprobs.len(),
+                    verified.new_tokens.len()
+                ),
+            });
+        }
         debug!(
             seq = %self.request.seq,
             round,
@@ -536,8 +618,13 @@ where
         }
     }
 
-    /// Runs `tokens` through the stop checker and sends what was emitted as one event.
-    async fn emit(&mut self, tokens: &[u32]) -> Result<Emitted, RoundLoopError<V::Error>> {
+    /// Runs `tokens` through the stop checker (and the constraint) and sends what was
+    /// emitted as one event, with the tokens' log probabilities when there are any.
+    async fn emit(
+        &mut self,
+        tokens: &[u32],
+        mut logprobs: Vec<TokenLogprob>,
+    ) -> Result<Emitted, RoundLoopError<V::Error>> {
         let first_index = self.emitted as u64;
         let mut text = String::new();
         let mut count = 0;
@@ -548,15 +635,28 @@ where
             count += 1;
             if outcome.finish.is_some() {
                 finish = outcome.finish;
+            }
+            if let Some(constraint) = self.constraint.as_deref_mut() {
+                constraint.commit(&[token])?;
+                // Nothing may follow a complete format: generation ends at the token that
+                // completed it, in whichever round that token came (with `ignore_eos`, the
+                // end-of-sequence token stops nothing else).
+                if finish.is_none() && constraint.is_complete() {
+                    finish = Some(FinishReason::Eos);
+                }
+            }
+            if finish.is_some() {
                 break;
             }
         }
         self.emitted += count;
         observe::emitted(count);
+        logprobs.truncate(count);
         let delta = TokenDelta {
             first_index,
             tokens: tokens[..count].to_vec(),
             text,
+            logprobs,
         };
         if self.sink.send(Event::Tokens(delta)).await.is_err() {
             self.sink_closed = true;

@@ -4,6 +4,7 @@ mod support;
 
 mod budgets_and_stops;
 mod cancellation;
+mod constrained;
 mod cost_aware;
 mod failures;
 mod hybrid;

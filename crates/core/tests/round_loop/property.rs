@@ -234,6 +234,9 @@ fn generation(
         stop: stop.clone(),
         block_size,
         cache_scope: Default::default(),
+        rules: Default::default(),
+        top_logprobs: None,
+        forced_drafts: 0,
     }
 }
 

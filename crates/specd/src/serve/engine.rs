@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use specd_core::{Drafter, GenerationRequest, RequestControl, RoundLoop};
+use specd_core::{Drafter, GenerationRequest, RequestControl, RoundLoop, TokenConstraint};
 use specd_router::in_process::{loop_status, ChannelSink, EngineRun, EventSender};
 use specd_router::{InProcessEngine, TargetLimits};
 use specd_text::TargetText;
@@ -56,6 +56,7 @@ where
     fn run(
         self: Arc<Self>,
         request: GenerationRequest,
+        constraint: Option<Box<dyn TokenConstraint>>,
         text: Arc<TargetText>,
         events: EventSender,
         control: RequestControl,
@@ -67,12 +68,12 @@ where
                 Some(drafter) if request.block_size.is_speculative() => {
                     RoundLoop::new(&self.verifier, Some(drafter), &*text)
                         .with_vocab_size(vocab)
-                        .run(request, &mut sink, &control)
+                        .run_constrained(request, constraint, &mut sink, &control)
                         .await
                 }
                 _ => {
                     RoundLoop::plain(&self.verifier, &*text)
-                        .run(request, &mut sink, &control)
+                        .run_constrained(request, constraint, &mut sink, &control)
                         .await
                 }
             };

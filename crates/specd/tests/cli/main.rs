@@ -16,4 +16,5 @@ mod one_process;
 mod real_pair;
 mod security;
 mod serve;
+mod structured;
 mod telemetry;

@@ -65,6 +65,7 @@ fn request(
         speculative: Some(SpeculativeParams {
             block_size: Some(block),
             disabled: false,
+            ..Default::default()
         }),
         ..GenerateRequest::default()
     }

@@ -30,7 +30,7 @@ fn model_dir() -> PathBuf {
     }
 }
 
-fn pair() -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn pair() -> Option<(PathBuf, PathBuf)> {
     let dir = model_dir();
     let (t, d) = (dir.join(TARGET), dir.join(DRAFTER));
     if t.is_file() && d.is_file() {
@@ -143,7 +143,7 @@ fn a_drafter_that_is_not_a_gguf_model_is_refused() {
     assert!(err.contains("loading the drafter"), "{err}");
 }
 
-fn text(p: &Path) -> &str {
+pub(crate) fn text(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
@@ -168,6 +168,7 @@ fn request(prompt: &str, temperature: f32, seed: u64, block: Option<u32>) -> Gen
         speculative: Some(SpeculativeParams {
             block_size: block,
             disabled: block.is_none(),
+            ..Default::default()
         }),
         ..GenerateRequest::default()
     }
@@ -181,7 +182,7 @@ async fn generate_via(
 }
 
 /// A verifier of `target` and a drafter service of `drafter`.
-fn pair_services(target: &Path, drafter: &Path) -> (Service, Service) {
+pub(crate) fn pair_services(target: &Path, drafter: &Path) -> (Service, Service) {
     let verifier = Service::start(&["verifier", "--target", text(target)]);
     let drafter = Service::start(&[
         "drafter",
@@ -301,6 +302,7 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
             speculative: Some(SpeculativeParams {
                 block_size: Some(4),
                 disabled: false,
+                ..Default::default()
             }),
             ..GenerateRequest::default()
         })

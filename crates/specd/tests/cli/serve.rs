@@ -62,6 +62,7 @@ fn request(temperature: f32, seed: u64, block_size: u32) -> GenerateRequest {
         speculative: Some(SpeculativeParams {
             block_size: Some(block_size),
             disabled: false,
+            ..Default::default()
         }),
         ..GenerateRequest::default()
     }

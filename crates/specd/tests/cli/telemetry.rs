@@ -192,6 +192,7 @@ fn request(block_size: u32) -> GenerateRequest {
         speculative: Some(SpeculativeParams {
             block_size: Some(block_size),
             disabled: false,
+            ..Default::default()
         }),
         ..GenerateRequest::default()
     }

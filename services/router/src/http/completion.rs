@@ -14,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::error::ApiError;
+use super::relay::{whole_choice, Relay, Shape};
 use super::request::Completion;
 use super::response::{Answer, Api, Ending};
 use crate::auth::KeyGrant;
@@ -29,26 +30,75 @@ pub async fn run(
     completion: Completion,
     grant: Option<KeyGrant>,
 ) -> Result<Response, ApiError> {
+    let shape = Shape::of(api, &completion);
+    let names = FieldNames {
+        api,
+        constraint: completion.constraint_field,
+    };
     let mut messages = service
         .start_stream(completion.request, None, grant)
-        .await?;
+        .await
+        .map_err(|status| names.error(status))?;
     let answer = Answer::new(api, response_id(api), model);
     if completion.stream {
-        return Ok(stream(answer, messages, completion.include_usage).into_response());
+        let relay = Relay::new(shape);
+        return Ok(stream(
+            answer,
+            relay,
+            service.clone(),
+            messages,
+            completion.include_usage,
+            names,
+        )
+        .into_response());
     }
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     loop {
         match messages.recv().await {
-            Some(Ok(message)) => {
+            Some(Ok(mut message)) => {
                 text.push_str(&message.text);
+                logprobs.append(&mut message.logprobs);
                 if let Some(ending) = ending(message) {
-                    let body = answer.whole(text, &ending);
+                    let choice = whole_choice(shape, text, &logprobs, service.text());
+                    let body = answer.whole(choice, &ending);
                     return Ok(super::json_response(StatusCode::OK, &body));
                 }
             }
-            Some(Err(status)) => return Err(status.into()),
+            Some(Err(status)) => return Err(names.error(status)),
             None => return Err(ended_early()),
         }
+    }
+}
+
+/// Renames the router's fields in its errors to the request fields a client wrote: the
+/// gRPC request nests sampling parameters and calls the output constraint `constraint`,
+/// whichever field it came from.
+#[derive(Debug, Clone, Copy)]
+struct FieldNames {
+    api: Api,
+    constraint: Option<&'static str>,
+}
+
+impl FieldNames {
+    fn error(self, status: Status) -> ApiError {
+        let mut error = ApiError::from(status);
+        let Some(param) = error.param.clone() else {
+            return error;
+        };
+        if let Some(field) = param.strip_prefix("sampling.") {
+            error.message = error.message.replacen(&param, field, 1);
+            error.param = Some(field.to_owned());
+        } else if param == "constraint" || param.starts_with("constraint.") {
+            if let Some(field) = self.constraint {
+                error.message = format!("{field}: {}", error.message);
+                error.param = Some(field.to_owned());
+            }
+        } else if param == "top_logprobs" && self.api == Api::Text {
+            error.message = error.message.replacen(&param, "logprobs", 1);
+            error.param = Some("logprobs".to_owned());
+        }
+        error
     }
 }
 
@@ -72,11 +122,15 @@ fn ended_early() -> ApiError {
 /// the client is gone.
 fn stream(
     answer: Answer,
+    mut relay: Relay,
+    service: GenerationService,
     mut messages: mpsc::Receiver<Result<GenerateStreamResponse, Status>>,
     include_usage: bool,
+    names: FieldNames,
 ) -> impl IntoResponse {
     let (events, receiver) = mpsc::channel::<Result<Event, Infallible>>(SSE_BUFFER);
     tokio::spawn(async move {
+        let text = service.text();
         let data = |value: serde_json::Value| Event::default().data(value.to_string());
         let mut pending: Vec<Event> = answer.role_chunk().map(data).into_iter().collect();
         let mut last = false;
@@ -95,11 +149,9 @@ fn stream(
             };
             match next {
                 Some(Ok(message)) => {
-                    if !message.text.is_empty() {
-                        pending.push(data(answer.text_chunk(&message.text)));
-                    }
+                    pending.extend(relay.chunks(&answer, &message, text).into_iter().map(data));
                     if let Some(ending) = ending(message) {
-                        pending.push(data(answer.finish_chunk(&ending)));
+                        pending.extend(relay.finish(&answer, &ending).into_iter().map(data));
                         if include_usage {
                             pending.push(data(answer.usage_chunk(&ending)));
                         }
@@ -107,7 +159,7 @@ fn stream(
                         last = true;
                     }
                 }
-                Some(Err(status)) => pending.push(data(ApiError::from(status).body())),
+                Some(Err(status)) => pending.push(data(names.error(status).body())),
                 None => {
                     pending.push(data(ended_early().body()));
                     last = true;
@@ -127,4 +179,44 @@ fn response_id(api: Api) -> String {
     let random = RandomState::new().hash_one(std::time::Instant::now());
     let more = RandomState::new().hash_one(random);
     format!("{prefix}-{random:016x}{more:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_field_names_become_the_clients() {
+        let names = FieldNames {
+            api: Api::Chat,
+            constraint: Some("response_format"),
+        };
+        let penalty = names.error(Status::invalid_argument(
+            "sampling.presence_penalty: must be within [-2, 2], not 3",
+        ));
+        assert_eq!(penalty.param.as_deref(), Some("presence_penalty"));
+        assert_eq!(
+            penalty.message,
+            "presence_penalty: must be within [-2, 2], not 3"
+        );
+        let schema = names.error(Status::invalid_argument(
+            "constraint.json_schema: not a valid schema",
+        ));
+        assert_eq!(schema.param.as_deref(), Some("response_format"));
+        assert_eq!(
+            schema.message,
+            "response_format: constraint.json_schema: not a valid schema"
+        );
+        let legacy = FieldNames {
+            api: Api::Text,
+            constraint: None,
+        };
+        let top = legacy.error(Status::invalid_argument("top_logprobs: at most 20"));
+        assert_eq!(top.param.as_deref(), Some("logprobs"));
+        assert_eq!(top.message, "logprobs: at most 20");
+        let other = legacy.error(Status::invalid_argument("max_tokens: must be at least 1"));
+        assert_eq!(other.param.as_deref(), Some("max_tokens"));
+        let unnamed = legacy.error(Status::invalid_argument("constraint: bad"));
+        assert_eq!(unnamed.param.as_deref(), Some("constraint"));
+    }
 }

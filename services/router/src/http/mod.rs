@@ -3,10 +3,17 @@
 //! admission, round loop and telemetry as the gRPC Generation service.
 
 mod completion;
+mod constraint;
 mod error;
+mod gemma_args;
+mod logprobs;
+mod relay;
 mod request;
 mod response;
 mod tls_listener;
+mod tool_calls;
+mod tool_stream;
+mod tools;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,12 +34,15 @@ use response::Api;
 
 use crate::auth::KeyGrant;
 use crate::service::GenerationService;
+use tool_calls::ToolSyntax;
 
 /// What the handlers share.
 struct HttpState {
     service: GenerationService,
     /// The name clients use in `model` (and `/v1/models` lists).
     model: String,
+    /// How the target writes tool calls.
+    tool_syntax: ToolSyntax,
 }
 
 /// Serves the HTTP API on `listener` until `shutdown` resolves; requests running then
@@ -54,7 +64,12 @@ pub async fn serve_http(
         Some(tls) => Some(tls.http().map_err(std::io::Error::other)?),
         None => None,
     };
-    let state = Arc::new(HttpState { service, model });
+    let tool_syntax = ToolSyntax::of(service.text());
+    let state = Arc::new(HttpState {
+        service,
+        model,
+        tool_syntax,
+    });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
@@ -126,7 +141,7 @@ async fn respond(
             body.map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
         let value = request::parse_body(&body)?;
         let completion = match api {
-            Api::Chat => request::chat(&value)?,
+            Api::Chat => request::chat(&value, state.tool_syntax)?,
             Api::Text => request::text(&value)?,
         };
         if let Some(asked) = completion.model.as_deref() {

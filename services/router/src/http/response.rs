@@ -6,6 +6,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use specd_wire::generation::{FinishReason, GenerationStats};
 
+use super::tool_calls::ToolCall;
+
 /// Which API a response answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
@@ -28,6 +30,16 @@ pub struct Ending {
     pub reason: FinishReason,
     pub matched_stop: String,
     pub stats: GenerationStats,
+}
+
+/// The one choice of a whole answer.
+#[derive(Debug, Default)]
+pub struct Choice {
+    /// The text outside tool calls.
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// The API's `logprobs` object; None when the request did not ask.
+    pub logprobs: Option<Value>,
 }
 
 impl Answer {
@@ -62,19 +74,32 @@ impl Answer {
     }
 
     /// The answer of a request that did not stream.
-    pub fn whole(&self, text: String, ending: &Ending) -> Value {
-        let finish = finish_reason(ending.reason);
+    pub fn whole(&self, choice: Choice, ending: &Ending) -> Value {
+        let called = !choice.tool_calls.is_empty();
+        let finish = finish_reason(ending.reason, called);
+        let logprobs = choice.logprobs.unwrap_or(Value::Null);
         let choice = match self.api {
-            Api::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
+            Api::Chat => {
+                let mut message = json!({"role": "assistant", "content": choice.text});
+                if called {
+                    // OpenAI's content is null beside calls when the model wrote nothing else.
+                    if choice.text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    message["tool_calls"] =
+                        choice.tool_calls.iter().map(ToolCall::to_json).collect();
+                }
+                json!({
+                    "index": 0,
+                    "message": message,
+                    "logprobs": logprobs,
+                    "finish_reason": finish,
+                })
+            }
             Api::Text => json!({
                 "index": 0,
-                "text": text,
-                "logprobs": null,
+                "text": choice.text,
+                "logprobs": logprobs,
                 "finish_reason": finish,
             }),
         };
@@ -99,34 +124,46 @@ impl Answer {
         })
     }
 
-    /// A chunk of new text.
-    pub fn text_chunk(&self, text: &str) -> Value {
-        self.choice_chunk(text, None)
+    /// A chunk of new text, with the log probabilities of the tokens that came with it.
+    pub fn text_chunk(&self, text: &str, logprobs: Option<Value>) -> Value {
+        let delta = match self.api {
+            Api::Chat => json!({"content": text}),
+            Api::Text => Value::Null,
+        };
+        self.choice_chunk(delta, text, logprobs, None)
     }
 
-    /// The chunk that says why the completion ended.
-    pub fn finish_chunk(&self, ending: &Ending) -> Value {
-        self.choice_chunk("", Some(finish_reason(ending.reason)))
+    /// A chunk with one whole tool call (chat only).
+    pub fn tool_call_chunk(&self, index: usize, call: &ToolCall, logprobs: Option<Value>) -> Value {
+        let delta = json!({"tool_calls": [call.to_delta(index)]});
+        self.choice_chunk(delta, "", logprobs, None)
     }
 
-    fn choice_chunk(&self, text: &str, finish: Option<&str>) -> Value {
-        let choice = match (self.api, finish) {
-            (Api::Chat, None) => json!({
+    /// The chunk that says why the completion ended; `called` says whether it called tools.
+    pub fn finish_chunk(&self, ending: &Ending, called: bool) -> Value {
+        let finish = finish_reason(ending.reason, called);
+        self.choice_chunk(json!({}), "", None, Some(finish))
+    }
+
+    fn choice_chunk(
+        &self,
+        delta: Value,
+        text: &str,
+        logprobs: Option<Value>,
+        finish: Option<&str>,
+    ) -> Value {
+        let logprobs = logprobs.unwrap_or(Value::Null);
+        let choice = match self.api {
+            Api::Chat => json!({
                 "index": 0,
-                "delta": {"content": text},
-                "logprobs": null,
-                "finish_reason": null,
-            }),
-            (Api::Chat, Some(_)) => json!({
-                "index": 0,
-                "delta": {},
-                "logprobs": null,
+                "delta": delta,
+                "logprobs": logprobs,
                 "finish_reason": finish,
             }),
-            (Api::Text, _) => json!({
+            Api::Text => json!({
                 "index": 0,
                 "text": text,
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": finish,
             }),
         };
@@ -142,10 +179,14 @@ impl Answer {
     }
 }
 
-/// OpenAI's two reasons: `length` for a token or context limit, `stop` for the rest.
-fn finish_reason(reason: FinishReason) -> &'static str {
+/// OpenAI's reasons: `length` for a token or context limit, `tool_calls` when the model
+/// called tools and ended its turn, `stop` for the rest.
+fn finish_reason(reason: FinishReason, called: bool) -> &'static str {
     match reason {
         FinishReason::Length | FinishReason::ContextLength => "length",
+        FinishReason::Eos | FinishReason::Stop | FinishReason::Unspecified if called => {
+            "tool_calls"
+        }
         FinishReason::Eos | FinishReason::Stop | FinishReason::Unspecified => "stop",
     }
 }
@@ -184,8 +225,108 @@ fn specd(ending: &Ending) -> Value {
         "predraft_misses": stats.predraft_misses,
         "predraft_branch_hits": stats.predraft_branch_hits,
         "overlap_switches": stats.overlap_switches,
+        "forced_drafted": stats.forced_drafted,
+        "forced_accepted": stats.forced_accepted,
         "seed": stats.seed,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
         "total_time_ms": stats.total_time_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(reason: FinishReason) -> Ending {
+        Ending {
+            reason,
+            matched_stop: String::new(),
+            stats: GenerationStats {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                forced_drafted: 6,
+                forced_accepted: 5,
+                ..GenerationStats::default()
+            },
+        }
+    }
+
+    fn call() -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{\"a\":1}".into(),
+        }
+    }
+
+    #[test]
+    fn whole_chat_answers_carry_calls_logprobs_and_forced_stats() {
+        let answer = Answer::new(Api::Chat, "id".into(), "m".into());
+        let body = answer.whole(
+            Choice {
+                text: String::new(),
+                tool_calls: vec![call()],
+                logprobs: Some(json!({"content": []})),
+            },
+            &ending(FinishReason::Eos),
+        );
+        let choice = &body["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        assert_eq!(choice["message"]["tool_calls"], json!([call().to_json()]));
+        assert_eq!(choice["logprobs"], json!({"content": []}));
+        assert_eq!(body["specd"]["forced_drafted"], 6);
+        assert_eq!(body["specd"]["forced_accepted"], 5);
+        let plain = answer.whole(
+            Choice {
+                text: "hi".into(),
+                ..Choice::default()
+            },
+            &ending(FinishReason::Stop),
+        );
+        let choice = &plain["choices"][0];
+        assert_eq!(
+            choice["message"],
+            json!({"role": "assistant", "content": "hi"})
+        );
+        assert_eq!(
+            (&choice["logprobs"], &choice["finish_reason"]),
+            (&Value::Null, &json!("stop"))
+        );
+        // A call cut off by the token limit ends for the limit.
+        let cut = answer.whole(
+            Choice {
+                text: "x".into(),
+                tool_calls: vec![call()],
+                logprobs: None,
+            },
+            &ending(FinishReason::Length),
+        );
+        assert_eq!(cut["choices"][0]["finish_reason"], "length");
+        assert_eq!(cut["choices"][0]["message"]["content"], "x");
+    }
+
+    #[test]
+    fn chunks_carry_text_calls_and_logprobs() {
+        let chat = Answer::new(Api::Chat, "id".into(), "m".into());
+        let text = chat.text_chunk("Hi", Some(json!({"content": [1]})));
+        assert_eq!(text["choices"][0]["delta"], json!({"content": "Hi"}));
+        assert_eq!(text["choices"][0]["logprobs"], json!({"content": [1]}));
+        let called = chat.tool_call_chunk(1, &call(), None);
+        assert_eq!(
+            called["choices"][0]["delta"],
+            json!({"tool_calls": [{"index": 1, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]})
+        );
+        assert_eq!(called["object"], "chat.completion.chunk");
+        let finish = chat.finish_chunk(&ending(FinishReason::Eos), true);
+        assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(finish["choices"][0]["delta"], json!({}));
+        let legacy = Answer::new(Api::Text, "id".into(), "m".into());
+        let text = legacy.text_chunk("Hi", Some(json!({"tokens": ["Hi"]})));
+        assert_eq!(text["choices"][0]["text"], "Hi");
+        assert_eq!(text["choices"][0]["logprobs"]["tokens"], json!(["Hi"]));
+        let finish = legacy.finish_chunk(&ending(FinishReason::Length), false);
+        assert_eq!(finish["choices"][0]["finish_reason"], "length");
+        assert_eq!(finish["choices"][0]["text"], "");
+    }
 }

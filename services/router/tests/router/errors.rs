@@ -18,6 +18,7 @@ fn cases() -> Vec<(&'static str, GenerateRequest, Code, &'static str)> {
             top_p,
             top_k: None,
             seed: None,
+            ..Default::default()
         }),
         ..ids(PROMPT.to_vec())
     };

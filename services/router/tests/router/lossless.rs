@@ -43,6 +43,9 @@ async fn embedded(temperature: f32, seed: u64) -> Vec<u32> {
         },
         block_size: BlockSizeConfig::PLAIN,
         cache_scope: Default::default(),
+        forced_drafts: 0,
+        rules: Default::default(),
+        top_logprobs: None,
     };
     let text = TargetText::without_tokenizer(Vec::new());
     let mut events = Vec::new();

@@ -53,6 +53,7 @@ fn grpc_chat(max_tokens: u32, temperature: f32, seed: u64) -> GenerateRequest {
     let message = |role: &str, content: &str| ChatMessage {
         role: role.into(),
         content: content.into(),
+        ..Default::default()
     };
     let request = GenerateRequest {
         input: Some(generate_request::Input::Messages(ChatMessages {
@@ -257,7 +258,7 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             "/v1/chat/completions",
             json!({"messages": user, "temperature": -1}),
             400,
-            "sampling.temperature",
+            "temperature",
         ),
         (
             "/v1/chat/completions",

@@ -341,6 +341,7 @@ pub fn sampled(request: GenerateRequest, temperature: f32, seed: u64) -> Generat
             top_p: None,
             top_k: None,
             seed: Some(seed),
+            ..Default::default()
         }),
         ..request
     }
@@ -355,6 +356,7 @@ pub fn with_block(
         speculative: Some(SpeculativeParams {
             block_size,
             disabled,
+            ..Default::default()
         }),
         ..request
     }

@@ -86,7 +86,7 @@ pub(crate) fn run_batch<T: TargetModel>(
             }),
             Ok(VerifyStart::Replay(answer)) => {
                 let _ = job.reply.send(Ok(RowAnswer {
-                    answer,
+                    answer: *answer,
                     replayed: true,
                 }));
             }
@@ -131,6 +131,7 @@ pub(crate) fn run_batch<T: TargetModel>(
             hidden,
             sampling: &row.state.sampling,
             output_index_base: row.job.request.output_index_base,
+            shaping: row.state.shaping(&row.job.request, row.start_len),
         })
         .collect();
     let targets = match head_tokens(&**local.target(), &heads) {

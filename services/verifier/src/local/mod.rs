@@ -29,8 +29,12 @@ use crate::admission::{Admissions, KvBudget, Reservation};
 use crate::carry::TargetCarry;
 use crate::error::VerifierError;
 use crate::target::{TargetModel, MAX_ROLLBACK};
-use crate::verify_block::{accept_and_rollback, block_tokens, token_from_hidden, HeadRows};
+use crate::verify_block::{
+    accept_and_rollback, block_tokens, token_from_hidden, HeadRows, RowChoices, RowShaping,
+};
+use specd_core::sampling::MAX_TOP_LOGPROBS;
 use specd_core::sync::lock;
+use specd_core::TokenMask;
 
 /// Capacity limits of a verifier.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +58,7 @@ type SequenceTable<C> = DashMap<SeqId, SequenceHandle<C>>;
 /// What a verify round needs next, once its request passed the checks.
 pub(crate) enum VerifyStart {
     /// A retry of the last answered round: its stored answer.
-    Replay(RoundAnswer),
+    Replay(Box<RoundAnswer>),
     /// The block must be forwarded; the cache held `start_len` tokens before it.
     Run { start_len: usize },
 }

@@ -19,6 +19,16 @@ impl<T: TargetModel> LocalVerifier<T> {
             .sampling
             .validate()
             .map_err(|e| VerifierError::invalid(e.field, e.reason))?;
+        request
+            .rules
+            .validate(Some(self.target.vocab_size()))
+            .map_err(|e| VerifierError::invalid(e.field, e.reason))?;
+        if let Some(top) = request.top_logprobs.filter(|&top| top > MAX_TOP_LOGPROBS) {
+            return Err(VerifierError::invalid(
+                "top_logprobs",
+                format!("at most {MAX_TOP_LOGPROBS}, got {top}"),
+            ));
+        }
         let limit = self.target.max_context();
         if request.prompt_ids.len() >= limit {
             return Err(VerifierError::out_of_range(
@@ -58,7 +68,23 @@ impl<T: TargetModel> LocalVerifier<T> {
         hidden: Tensor,
         cached_tokens: usize,
     ) -> Result<Prefilled<TargetCarry>, VerifierError> {
-        let first_token = token_from_hidden(&*self.target, &hidden, &request.sampling, 0)?;
+        let masks: Vec<TokenMask> = request.mask.iter().cloned().collect();
+        let (prompt, output) = request.prompt_ids.split_at(
+            request
+                .prompt_ids
+                .len()
+                .saturating_sub(request.emitted_in_prompt),
+        );
+        let shaping = RowShaping {
+            rules: &request.rules,
+            prompt,
+            output,
+            masks: &masks,
+            top_logprobs: request.top_logprobs,
+            ..RowShaping::default()
+        };
+        let (first_token, first_logprob) =
+            token_from_hidden(&*self.target, &hidden, &request.sampling, 0, shaping)?;
         let len = self.target.cache_len(&cache);
         self.keep_prefill_boundary(&request, &cache, len);
         let carry = if request.want_carry {
@@ -83,6 +109,12 @@ impl<T: TargetModel> LocalVerifier<T> {
             prefilled: len,
             scope: request.cache_scope.clone(),
             sampling: request.sampling,
+            rules: request.rules.clone(),
+            top_logprobs: request.top_logprobs,
+            prompt_len: request
+                .prompt_ids
+                .len()
+                .saturating_sub(request.emitted_in_prompt),
             wants_carry: request.want_carry,
             rounds: RoundLog::new(mirror_sliding_start),
             last_used: Instant::now(),
@@ -102,6 +134,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             first_token,
             carry,
             cached_tokens,
+            first_logprob,
         })
     }
 

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use specd_core::{CacheScope, SamplingParams, Verified};
+use specd_core::{CacheScope, LogitRules, SamplingParams, Verified, VerifyRequest};
 
 use crate::carry::TargetCarry;
+use crate::verify_block::RowShaping;
 
 pub(crate) struct Sequence<C> {
     pub cache: C,
@@ -20,11 +21,34 @@ pub(crate) struct Sequence<C> {
     /// Who may reuse the sequence's prefixes.
     pub scope: CacheScope,
     pub sampling: SamplingParams,
+    /// Bias, penalties and min-p of every row.
+    pub rules: LogitRules,
+    /// Every round reports log probabilities with this many alternatives.
+    pub top_logprobs: Option<u32>,
+    /// The prompt's length: the tokens after it are the output the penalties count.
+    pub prompt_len: usize,
     /// Rounds return carries (hidden state and shared K/V rows): set at prefill.
     pub wants_carry: bool,
     pub rounds: RoundLog,
     /// Last time a caller touched the sequence, for the expiry of idle ones.
     pub last_used: Instant,
+}
+
+impl<C> Sequence<C> {
+    /// How a verify block starting at `start_len` shapes its rows: the sequence's rules, its
+    /// prompt and output before the block, the block's tokens and masks.
+    pub fn shaping<'a>(&'a self, request: &'a VerifyRequest, start_len: usize) -> RowShaping<'a> {
+        let before = &self.tokens[..start_len.min(self.tokens.len())];
+        let (prompt, output) = before.split_at(self.prompt_len.min(before.len()));
+        RowShaping {
+            rules: &self.rules,
+            prompt,
+            output,
+            inputs: &request.tokens,
+            masks: &request.masks,
+            top_logprobs: self.top_logprobs,
+        }
+    }
 }
 
 /// What the protocol knows of a sequence's rounds. A round undone (its caller went away

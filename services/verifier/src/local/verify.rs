@@ -18,7 +18,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                         "a retried round must send the same tokens",
                     ));
                 }
-                return Ok(VerifyStart::Replay(last.clone()));
+                return Ok(VerifyStart::Replay(Box::new(last.clone())));
             }
         }
         let tokens = &request.tokens;
@@ -40,6 +40,16 @@ impl<T: TargetModel> LocalVerifier<T> {
         }
         if request.budget == 0 {
             return Err(VerifierError::invalid("budget", "must be at least 1"));
+        }
+        if !request.masks.is_empty() && request.masks.len() != tokens.len() {
+            return Err(VerifierError::invalid(
+                "masks",
+                format!(
+                    "{} masks for a block of {} tokens (one per token, or none)",
+                    request.masks.len(),
+                    tokens.len()
+                ),
+            ));
         }
         self.check_tokens("tokens", tokens)?;
         let start_len = self.target.cache_len(&seq.cache);
@@ -64,7 +74,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         seq: &mut Sequence<T::Cache>,
         request: &VerifyRequest,
         hidden: &Tensor,
-        targets: &[u32],
+        choices: &RowChoices,
         start_len: usize,
     ) -> Result<RoundAnswer, VerifierError> {
         let outcome = accept_and_rollback(
@@ -72,7 +82,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             &mut seq.cache,
             &request.tokens,
             hidden,
-            targets,
+            &choices.tokens,
             start_len,
             request.budget,
             request.want_carry,
@@ -97,6 +107,12 @@ impl<T: TargetModel> LocalVerifier<T> {
         } else {
             seq.rounds.mirror_sliding_start
         };
+        let logprobs = choices
+            .logprobs
+            .iter()
+            .take(outcome.accepted.new_tokens.len())
+            .cloned()
+            .collect();
         let answer = RoundAnswer {
             round: request.round,
             tokens: request.tokens.clone(),
@@ -105,6 +121,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                 new_tokens: outcome.accepted.new_tokens,
                 carry: request.want_carry.then_some(outcome.carry),
                 forward: None,
+                logprobs,
             },
             start_len,
             sliding_evicted: mirror_sliding_start.saturating_sub(seq.rounds.mirror_sliding_start),
@@ -163,6 +180,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                 hidden: &hidden,
                 sampling: &seq.sampling,
                 output_index_base: request.output_index_base,
+                shaping: seq.shaping(&request, start_len),
             },
         );
         let targets = match targets {

@@ -59,6 +59,15 @@ pub(crate) fn plan_prefill<T: TargetModel>(
         )));
     }
     let sampling = sampling_from_wire(request.sampling.as_ref())?;
+    let rules = specd_wire::sampling::rules_from_wire(request.rules.as_ref())?;
+    let mask = if request.first_mask.is_empty() {
+        None
+    } else {
+        Some(specd_wire::sampling::mask_from_wire(
+            &request.first_mask,
+            "first_mask",
+        )?)
+    };
     specd_wire::limits::check_cache_scope("cache_scope", &request.cache_scope)?;
     let context = target.max_context();
     if prompt.len() >= context {
@@ -90,6 +99,10 @@ pub(crate) fn plan_prefill<T: TargetModel>(
             sampling,
             want_carry: request.with_mtp_state,
             cache_scope: specd_core::CacheScope(request.cache_scope),
+            rules,
+            top_logprobs: request.top_logprobs,
+            mask,
+            emitted_in_prompt: request.emitted_in_prompt as usize,
         },
     })
 }
@@ -158,6 +171,10 @@ fn prefill_messages(
         committed_len,
         hidden: None,
         cached_tokens: u32::try_from(prefilled.cached_tokens).unwrap_or(u32::MAX),
+        first_logprob: prefilled
+            .first_logprob
+            .as_ref()
+            .map(specd_wire::sampling::logprob_to_wire),
     };
     let mut messages = Vec::new();
     if let Some(carry) = carry.filter(|_| with_mtp_state) {

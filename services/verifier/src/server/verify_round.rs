@@ -49,6 +49,14 @@ impl<T: TargetModel> Sequences<T> {
                 budget: request.budget as usize,
                 output_index_base: u64::from(request.output_index_base),
                 want_carry: wants_carry,
+                masks: request
+                    .masks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, bytes)| {
+                        specd_wire::sampling::mask_from_wire(bytes, &format!("masks[{i}]"))
+                    })
+                    .collect::<Result<_, _>>()?,
             })
             .await
             .map_err(status_of)?;
@@ -72,6 +80,11 @@ fn response_of(
         kv_delta: None,
         replayed,
         forward: verified.forward.filter(|_| !replayed).map(forward_stats),
+        logprobs: verified
+            .logprobs
+            .iter()
+            .map(specd_wire::sampling::logprob_to_wire)
+            .collect(),
     };
     if with_mtp_state {
         let carry = verified

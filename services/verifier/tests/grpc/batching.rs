@@ -131,6 +131,10 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
             sampling: core_sampling(spec),
             want_carry: false,
             cache_scope: Default::default(),
+            rules: Default::default(),
+            top_logprobs: None,
+            mask: None,
+            emitted_in_prompt: 0,
         })
         .unwrap();
     let mut tokens = vec![prefilled.first_token];
@@ -144,6 +148,7 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
                 budget: 1,
                 output_index_base: tokens.len() as u64,
                 want_carry: false,
+                masks: Vec::new(),
             })
             .unwrap();
         tokens.extend(verified.new_tokens);
@@ -162,6 +167,10 @@ fn solo_run(local: &LocalVerifier<Gemma4Target>, spec: &Spec, reference: &[u32],
             sampling: core_sampling(spec),
             want_carry: false,
             cache_scope: Default::default(),
+            rules: Default::default(),
+            top_logprobs: None,
+            mask: None,
+            emitted_in_prompt: 0,
         })
         .unwrap()
         .first_token;
@@ -179,6 +188,7 @@ fn solo_run(local: &LocalVerifier<Gemma4Target>, spec: &Spec, reference: &[u32],
                 budget: spec.max_tokens - emitted.len(),
                 output_index_base: emitted.len() as u64,
                 want_carry: false,
+                masks: Vec::new(),
             })
             .unwrap();
         emitted.extend(&verified.new_tokens);
@@ -229,6 +239,7 @@ fn wire_prefill(spec: &Spec) -> PrefillRequest {
         with_mtp_state: false,
         max_chunk_bytes: 0,
         cache_scope: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -414,6 +425,7 @@ fn budget_request(max_new_tokens: u32) -> PrefillRequest {
         with_mtp_state: false,
         max_chunk_bytes: 0,
         cache_scope: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -604,6 +616,9 @@ async fn round_loop_tokens<V: specd_core::Verifier>(
         stop: StopConditions::max_tokens(max_tokens),
         block_size: BlockSizeConfig::PLAIN,
         cache_scope: Default::default(),
+        forced_drafts: 0,
+        rules: Default::default(),
+        top_logprobs: None,
     };
     let mut events = Vec::new();
     RoundLoop::plain(verifier, &NoText)

@@ -10,6 +10,7 @@ mod lifecycle;
 mod prefill;
 mod prefix_cache;
 mod rounds;
+mod shaping;
 
 #[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

@@ -80,6 +80,10 @@ async fn the_first_token_is_the_target_choice() {
                 sampling,
                 want_carry: false,
                 cache_scope: Default::default(),
+                rules: Default::default(),
+                top_logprobs: None,
+                mask: None,
+                emitted_in_prompt: 0,
             })
             .unwrap()
             .first_token;

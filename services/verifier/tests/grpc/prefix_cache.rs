@@ -101,6 +101,10 @@ async fn turn<V: Verifier<Carry = TargetCarry>>(
             sampling,
             want_carry: true,
             cache_scope: CacheScope(scope.into()),
+            rules: Default::default(),
+            top_logprobs: None,
+            mask: None,
+            emitted_in_prompt: 0,
         })
         .await
         .unwrap();
@@ -120,6 +124,7 @@ async fn turn<V: Verifier<Carry = TargetCarry>>(
                 budget: room,
                 output_index_base: tokens.len() as u64,
                 want_carry: false,
+                masks: Vec::new(),
             })
             .await
             .unwrap();
@@ -305,6 +310,10 @@ async fn a_running_sequence_seeds_one_that_shares_its_prompt() {
         sampling,
         want_carry: false,
         cache_scope: CacheScope::global(),
+        rules: Default::default(),
+        top_logprobs: None,
+        mask: None,
+        emitted_in_prompt: 0,
     };
     // The first request is still running when the second arrives.
     let a = warm.prefill_sync(request(1, with(&[1, 2]))).unwrap();
@@ -328,6 +337,7 @@ async fn a_running_sequence_seeds_one_that_shares_its_prompt() {
                     budget: 1,
                     output_index_base: tokens[i].len() as u64,
                     want_carry: false,
+                    masks: Vec::new(),
                 })
                 .unwrap();
             tokens[i].extend(verified.new_tokens);
@@ -394,6 +404,10 @@ async fn cached_prefixes_give_way_to_admission() {
                     sampling: GREEDY,
                     want_carry: false,
                     cache_scope: CacheScope::global(),
+                    rules: Default::default(),
+                    top_logprobs: None,
+                    mask: None,
+                    emitted_in_prompt: 0,
                 },
                 None,
             )

@@ -28,6 +28,9 @@ async fn local_plain(max_tokens: usize) -> Vec<u32> {
         stop: StopConditions::max_tokens(max_tokens),
         block_size: BlockSizeConfig::PLAIN,
         cache_scope: Default::default(),
+        forced_drafts: 0,
+        rules: Default::default(),
+        top_logprobs: None,
     };
     let mut events = Vec::new();
     RoundLoop::plain(&local, &NoText)

@@ -138,6 +138,7 @@ pub fn prefill_request(prompt: &[u32], with_mtp_state: bool) -> PrefillRequest {
         with_mtp_state,
         max_chunk_bytes: 0,
         cache_scope: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -186,6 +187,7 @@ pub fn verify_request(
         budget: 1000,
         output_index_base,
         committed_len,
+        ..Default::default()
     }
 }
 

@@ -47,6 +47,9 @@ pub fn request(
         stop,
         block_size,
         cache_scope: Default::default(),
+        rules: Default::default(),
+        top_logprobs: None,
+        forced_drafts: 0,
     }
 }
 

@@ -87,7 +87,15 @@ impl TableVerifier {
     fn prefill_now(&self, request: PrefillRequest) -> Result<Prefilled<Carry>, TableVerifierError> {
         let mut log = self.log();
         log.prefills.push(request.clone());
-        let first_token = self.target.token(&request.prompt_ids, &request.sampling, 0);
+        let first_token = match &request.mask {
+            None => self.target.token(&request.prompt_ids, &request.sampling, 0),
+            Some(mask) => {
+                let mut logits = self.target.logits(&request.prompt_ids);
+                mask.apply(&mut logits)
+                    .map_err(|e| TableVerifierError(e.to_string()))?;
+                sample(&logits, &request.sampling, 0)?
+            }
+        };
         log.sequences.insert(
             request.seq,
             Sequence {
@@ -99,6 +107,7 @@ impl TableVerifier {
             first_token,
             carry: request.want_carry.then_some(request.prompt_ids),
             cached_tokens: 0,
+            first_logprob: None,
         })
     }
 
@@ -120,8 +129,13 @@ impl TableVerifier {
         let cache = &sequence.cache;
         let sampling = sequence.sampling;
         let walk = accept_drafts(request.drafts(), request.budget, |slot| {
-            let logits = self.target.logits(&cache[..base + slot + 1]);
+            let mut logits = self.target.logits(&cache[..base + slot + 1]);
+            if let Some(mask) = request.masks.get(slot) {
+                mask.apply(&mut logits)
+                    .map_err(|e| TableVerifierError(e.to_string()))?;
+            }
             sample(&logits, &sampling, request.output_index_base + slot as u64)
+                .map_err(|e| TableVerifierError(e.to_string()))
         })?;
         sequence.cache.truncate(base + walk.accepted + 1);
         let committed = sequence.cache[base..].to_vec();
@@ -135,6 +149,7 @@ impl TableVerifier {
             new_tokens,
             carry: carry.then_some(committed),
             forward: None,
+            logprobs: Vec::new(),
         })
     }
 }

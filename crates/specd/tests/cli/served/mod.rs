@@ -264,6 +264,7 @@ pub fn request(prompt: &[u32], max_tokens: u32, block_size: u32) -> GenerateRequ
         speculative: Some(SpeculativeParams {
             block_size: (block_size > 0).then_some(block_size),
             disabled: block_size == 0,
+            ..Default::default()
         }),
         ..GenerateRequest::default()
     }
