@@ -13,9 +13,10 @@ its OpenAI-compatible HTTP API (non-streaming, greedy). One specd one-process se
 - spec+ff: json_schema, speculation on (the default, fast-forward on).
 
 Decode speed is (completion tokens - 1) / (total time - time to first token), from the
-response's `specd` object (specd) or `timings` (llama-server: predicted_per_second). Every
-mode runs every prompt REPS times, interleaved, and reports the median per prompt; ratios
-are taken prompt by prompt, then their geometric mean. Writes results.json and report.md.
+response's `specd` object (specd) or `timings` (llama-server: predicted_per_second). The
+specd modes run every prompt REPS times, interleaved, on one server; llama-server runs after,
+alone (each server is up only during its own phase). Medians per prompt; ratios are taken
+prompt by prompt, then their geometric mean. Writes results.json and report.md.
 """
 
 import argparse
@@ -265,39 +266,36 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    modes = list(MODES)
-    servers = {}
-    proc, addr = start_specd(args, out)
-    servers["specd"] = (proc, addr)
-    if args.llama_server:
-        lproc, laddr = start_llama(args, out)
-        servers["llama"] = (lproc, laddr)
-        modes.append("llama-server")
+    modes = list(MODES) + (["llama-server"] if args.llama_server else [])
     samples = {name: {m: [] for m in modes} for name, _, _ in PROMPTS}
-    try:
-        # One warm-up of each mode (the schema's first compile, caches, page faults).
-        for name, schema, prompt in PROMPTS[:1]:
-            for mode in MODES:
-                run_specd(addr, prompt, schema, mode, args.max_tokens)
-            if "llama" in servers:
-                run_llama(servers["llama"][1], prompt, schema, args.max_tokens)
-        for rep in range(args.reps):
-            for name, schema, prompt in PROMPTS:
-                for mode in modes:
-                    if mode == "llama-server":
-                        sample = run_llama(servers["llama"][1], prompt, schema, args.max_tokens)
-                    else:
-                        sample = run_specd(addr, prompt, schema, mode, args.max_tokens)
-                    samples[name][mode].append(sample)
-                    print(f"rep {rep} {name} {mode}: {sample['tokens']} tokens, "
-                          f"{sample['decode_tok_s']:.2f} tok/s", file=sys.stderr)
-    finally:
-        for proc, _ in servers.values():
+
+    def phase(start, ask, phase_modes):
+        """One server on its own: a warm-up of each mode, then REPS interleaved passes."""
+        proc, addr = start(args, out)
+        try:
+            for mode in phase_modes:
+                ask(addr, PROMPTS[0], mode)
+            for rep in range(args.reps):
+                for name, schema, prompt in PROMPTS:
+                    for mode in phase_modes:
+                        sample = ask(addr, (name, schema, prompt), mode)
+                        samples[name][mode].append(sample)
+                        print(f"rep {rep} {name} {mode}: {sample['tokens']} tokens, "
+                              f"{sample['decode_tok_s']:.2f} tok/s", file=sys.stderr)
+        finally:
             proc.terminate()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+    # Each server runs alone: an idle peer process still takes cores now and then.
+    phase(start_specd,
+          lambda addr, p, mode: run_specd(addr, p[2], p[1], mode, args.max_tokens), MODES)
+    if args.llama_server:
+        phase(start_llama,
+              lambda addr, p, mode: run_llama(addr, p[2], p[1], args.max_tokens),
+              ["llama-server"])
 
     per_prompt = {}
     identical = True

@@ -7,6 +7,7 @@ use std::time::Instant;
 use llguidance::api::{GrammarInit, TopLevelGrammar};
 use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Logger, Matcher, ParserFactory};
+use specd_text::token_bytes::Spelling;
 use tokenizers::Tokenizer;
 
 use crate::constraint::GrammarConstraint;
@@ -14,7 +15,7 @@ use crate::error::{GrammarError, VocabularyError};
 use crate::format::OutputFormat;
 use crate::limits::GrammarLimits;
 use crate::tok_env::HfTokEnv;
-use crate::token_bytes::{vocabulary_bytes, Spelling};
+use crate::token_bytes::vocabulary_bytes;
 
 /// Longer tokens are left out of the trie: llguidance's trie nodes count at most 1024
 /// levels, and no real output needs a 1000-byte token (a grammar spells it with shorter
@@ -76,7 +77,8 @@ impl GrammarTokens {
         }
         let first_eos = *eos.first().ok_or(VocabularyError::NoEos)?;
 
-        let spelling = Spelling::of(tokenizer)?;
+        let spelling =
+            Spelling::of(tokenizer).map_err(|e| VocabularyError::UnsupportedDecoder(e.0))?;
         let tokenizer_vocab = tokenizer.get_vocab_size(true);
         if tokenizer_vocab > model_vocab_size {
             tracing::warn!(

@@ -13,6 +13,7 @@ mod gemma4_tokenizer;
 mod gguf_metadata;
 mod gguf_tokenizer;
 mod target_text;
+pub mod token_bytes;
 
 pub use chat_template::{
     ChatMessage, ChatTemplate, TemplateVariables, QWEN2_5_CHAT_TEMPLATE, RENDERER_VARIABLES,
@@ -22,3 +23,4 @@ pub use gemma4_tokenizer::GEMMA4_STOP_TOKENS;
 pub use gguf_metadata::{read_metadata, Metadata};
 pub use gguf_tokenizer::{GgufTokenizer, QWEN2_SPLIT_REGEX, QWEN_STOP_TOKENS};
 pub use target_text::{TargetText, END_OF_TURN_TOKENS};
+pub use token_bytes::{Spelling, UnsupportedDecoder};

@@ -13,6 +13,7 @@ use crate::checkpoint_files::CheckpointFiles;
 use crate::error::{Result, TextError};
 use crate::gguf_metadata::read_metadata;
 use crate::gguf_tokenizer::GgufTokenizer;
+use crate::token_bytes::Spelling;
 
 /// Tokens that close a chat turn in the chat formats of common model families; a chat
 /// request stops at whichever of them the vocabulary has.
@@ -33,6 +34,10 @@ pub struct TargetText {
     end_of_turn_ids: Vec<u32>,
     /// Leave special tokens (chat-turn markers, end of text) out of decoded text.
     skip_special_tokens: bool,
+    /// How the vocabulary spells bytes, read once: [`Self::token_bytes`] needs it per token
+    /// of every reply with log probabilities. None without a tokenizer or for a decoder
+    /// [`Spelling`] does not know.
+    spelling: Option<Spelling>,
 }
 
 impl TargetText {
@@ -72,6 +77,7 @@ impl TargetText {
             None => files.eos_token_ids.clone(),
         };
         Ok(Self {
+            spelling: files.tokenizer.as_ref().and_then(spelling),
             tokenizer: files.tokenizer,
             template,
             eos_token_ids: files.eos_token_ids,
@@ -92,6 +98,7 @@ impl TargetText {
         let tokenizer = tokenizer.into_inner();
         let end_of_turn_ids = end_of_turn(&eos_token_ids, &tokenizer, None);
         Ok(Self {
+            spelling: spelling(&tokenizer),
             tokenizer: Some(tokenizer),
             template,
             eos_token_ids,
@@ -154,12 +161,10 @@ impl TargetText {
         if !decoded.contains(char::REPLACEMENT_CHARACTER) {
             return Some(decoded.into_bytes());
         }
-        Some(
-            byte_fallback(&entry)
-                .map(|byte| vec![byte])
-                .or_else(|| byte_level_bytes(&entry))
-                .unwrap_or_else(|| decoded.into_bytes()),
-        )
+        Some(match self.spelling {
+            Some(spelling) => spelling.bytes(&entry),
+            None => decoded.into_bytes(),
+        })
     }
 
     /// [`Self::token_bytes`] as text, a partial character as U+FFFD.
@@ -238,62 +243,20 @@ fn end_of_turn(eos_token_ids: &[u32], tokenizer: &Tokenizer, named: Option<&str>
     ids
 }
 
-/// The byte of a SentencePiece byte-fallback token (`<0xE2>`).
-fn byte_fallback(entry: &str) -> Option<u8> {
-    let hex = entry.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
-        return None;
+/// The vocabulary's spelling; a decoder it does not know only costs partial characters
+/// their exact bytes in [`TargetText::token_bytes`], so it is no error here.
+fn spelling(tokenizer: &Tokenizer) -> Option<Spelling> {
+    match Spelling::of(tokenizer) {
+        Ok(spelling) => Some(spelling),
+        Err(e) => {
+            tracing::debug!(%e, "a token that is part of a character reads as its decoded text");
+            None
+        }
     }
-    u8::from_str_radix(hex, 16).ok()
-}
-
-/// The bytes of a byte-level BPE vocabulary entry: GPT-2 writes each byte as a printable
-/// character (the printable Latin-1 ones as themselves, the rest as U+0100 onwards, in
-/// byte order). None when a character is outside that map.
-fn byte_level_bytes(entry: &str) -> Option<Vec<u8>> {
-    entry.chars().map(byte_level_byte).collect()
-}
-
-fn byte_level_byte(c: char) -> Option<u8> {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    let code = u32::from(c);
-    if let Ok(byte) = u8::try_from(code) {
-        return printable(byte).then_some(byte);
-    }
-    let rank = code.checked_sub(256)?;
-    (0..=255u8)
-        .filter(|&b| !printable(b))
-        .nth(usize::try_from(rank).ok()?)
 }
 
 fn is_gguf(path: &Path) -> Result<bool> {
     let mut magic = [0u8; 4];
     let mut file = std::fs::File::open(path).map_err(|e| TextError::io(path, e))?;
     Ok(file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_level_characters_map_back_to_their_bytes() {
-        // GPT-2's map: "Ġ" is the space, "Ċ" the newline, "Ā" the NUL, "Ń" the soft hyphen;
-        // "ðŁ" the first two bytes of an emoji.
-        assert_eq!(byte_level_bytes("Ġhi"), Some(b" hi".to_vec()));
-        assert_eq!(byte_level_bytes("Ċ"), Some(b"\n".to_vec()));
-        assert_eq!(byte_level_bytes("Āġł"), Some(vec![0x00, 0x7F, 0xA0]));
-        assert_eq!(byte_level_bytes("Ń"), Some(vec![0xAD]));
-        assert_eq!(byte_level_bytes("ðŁ"), Some(vec![0xF0, 0x9F]));
-        assert_eq!(byte_level_bytes("\u{FFFD}"), None);
-        assert_eq!(byte_level_bytes(" "), None);
-    }
-
-    #[test]
-    fn byte_fallback_tokens_are_one_byte() {
-        assert_eq!(byte_fallback("<0xE2>"), Some(0xE2));
-        assert_eq!(byte_fallback("<0x0A>"), Some(b'\n'));
-        assert_eq!(byte_fallback("<0xE>"), None);
-        assert_eq!(byte_fallback("<eos>"), None);
-    }
 }

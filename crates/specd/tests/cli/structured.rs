@@ -128,6 +128,13 @@ fn constrained_output_is_valid_and_lossless_on_the_real_pair() {
             None,
             "response_format",
         ),
+        // Over the size limit (256 KiB of schema).
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema":
+                {"type": "object", "description": "x".repeat(300 << 10)}}}),
+            None,
+            "response_format",
+        ),
         (
             json!({"type": "text"}),
             Some(json!({"regex": "(unclosed"})),
