@@ -19,12 +19,21 @@ pub(crate) struct Admission {
     /// One lock, not a concurrent map: every admit and leave sets every running request's
     /// block cap from the count, and two of them interleaving would leave caps of a stale
     /// count behind.
-    running: Mutex<HashMap<u64, RequestControl>>,
+    running: Mutex<HashMap<u64, Running>>,
     next_id: AtomicU64,
     active: watch::Sender<usize>,
     max_batch_tokens: usize,
     max_block_size: usize,
     governor: Arc<SpeculationGovernor>,
+}
+
+/// A running request as the load sees it.
+struct Running {
+    control: RequestControl,
+    /// Still generating: counts toward the load (block caps, the governor). A request whose
+    /// answer is complete only cleans up, and a client that sends its next request on
+    /// reading the answer must find itself alone.
+    generating: bool,
 }
 
 /// A running request's place; leaving it (drop) lets another in.
@@ -83,7 +92,13 @@ impl Admission {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let control = RequestControl::governed(self.governor.clone());
         let mut running = self.lock();
-        running.insert(id, control.clone());
+        running.insert(
+            id,
+            Running {
+                control: control.clone(),
+                generating: true,
+            },
+        );
         self.rebalance(&running);
         Ok(Admitted {
             admission: self.clone(),
@@ -115,18 +130,36 @@ impl Admission {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, RequestControl>> {
+    /// Requests still generating (not cleaning up after their answer).
+    #[cfg(test)]
+    pub(crate) fn generating(&self) -> usize {
+        self.lock().values().filter(|r| r.generating).count()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Running>> {
         lock(&self.running)
     }
 
-    fn rebalance(&self, running: &HashMap<u64, RequestControl>) {
-        let cap = load_block_cap(running.len(), self.max_batch_tokens, self.max_block_size);
-        for control in running.values() {
-            control.set_block_cap(cap);
+    /// Block caps and the governor follow the requests still generating; draining waits
+    /// for every running one.
+    fn rebalance(&self, running: &HashMap<u64, Running>) {
+        let generating = running.values().filter(|r| r.generating).count();
+        let cap = load_block_cap(generating, self.max_batch_tokens, self.max_block_size);
+        for request in running.values() {
+            request.control.set_block_cap(cap);
         }
-        self.governor.set_active(running.len());
+        self.governor.set_active(generating);
         self.active.send_replace(running.len());
-        debug!(active = running.len(), ?cap, "load changed");
+        debug!(active = running.len(), generating, ?cap, "load changed");
+    }
+
+    /// The request `id` has its whole answer: it stops counting toward the load.
+    fn answered(&self, id: u64) {
+        let mut running = self.lock();
+        if let Some(request) = running.get_mut(&id).filter(|r| r.generating) {
+            request.generating = false;
+            self.rebalance(&running);
+        }
     }
 }
 
@@ -134,6 +167,26 @@ impl Admitted {
     /// The request's control, with the block-size cap of the current load.
     pub(crate) fn control(&self) -> &RequestControl {
         &self.control
+    }
+
+    /// What tells the load that this request's answer is complete.
+    pub(crate) fn answer_done(&self) -> AnswerDone {
+        AnswerDone {
+            admission: self.admission.clone(),
+            id: self.id,
+        }
+    }
+}
+
+/// Marks a request answered (its cleanup goes on, holding its place until it ends).
+pub(crate) struct AnswerDone {
+    admission: Arc<Admission>,
+    id: u64,
+}
+
+impl AnswerDone {
+    pub(crate) fn mark(self) {
+        self.admission.answered(self.id);
     }
 }
 
@@ -172,6 +225,26 @@ mod tests {
         assert_eq!(c.control().block_cap(), Some(2));
         drop(c);
         assert_eq!(b.control().block_cap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_answered_request_leaves_the_load_but_holds_its_place() {
+        let admission = Arc::new(Admission::new(2, 8, 4, 1));
+        let a = admission.admit().unwrap();
+        let b = admission.admit().unwrap();
+        let c_refused = admission.admit().err().unwrap();
+        assert_eq!(c_refused.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(admission.generating(), 2);
+        a.answer_done().mark();
+        // Cleaning up, `a` still holds its place and keeps a drain waiting, but the next
+        // request of its client is judged as if alone with `b`.
+        assert_eq!(admission.active(), 2);
+        assert_eq!(admission.generating(), 1);
+        assert_eq!(b.control().block_cap(), None);
+        a.answer_done().mark();
+        assert_eq!(admission.generating(), 1);
+        drop(a);
+        assert_eq!((admission.active(), admission.generating()), (1, 1));
     }
 
     #[tokio::test]

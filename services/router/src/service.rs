@@ -340,7 +340,8 @@ impl GenerationService {
                 let _active = active;
                 let watch = sender.clone();
                 let stall = state.config.requests.stream_stall_timeout;
-                let mut sink = StreamSink::new(sender, facts, state.text.clone(), stall);
+                let mut sink = StreamSink::new(sender, facts, state.text.clone(), stall)
+                    .marking(admitted.answer_done());
                 tokio::select! {
                     result = state.run(plan, &mut sink, admitted.control(), &scope) => {
                         if let Err(status) = result {

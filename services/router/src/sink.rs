@@ -9,6 +9,7 @@ use specd_wire::generation::{FinishReason, GenerateStreamResponse};
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use crate::admission::AnswerDone;
 use crate::report::{RequestFacts, Transcript};
 use specd_text::TargetText;
 
@@ -35,6 +36,9 @@ pub struct StreamSink {
     text: Arc<TargetText>,
     /// How long a message may wait for the client to read (`None`: forever).
     stall_timeout: Option<Duration>,
+    /// Told when the last message is ready, before it is queued: the client may send its
+    /// next request as soon as it reads it, while this one still cleans up.
+    answer_done: Option<AnswerDone>,
 }
 
 impl StreamSink {
@@ -50,6 +54,15 @@ impl StreamSink {
             facts,
             text,
             stall_timeout,
+            answer_done: None,
+        }
+    }
+
+    /// This sink marking the request answered when its last message is ready.
+    pub(crate) fn marking(self, answer_done: AnswerDone) -> Self {
+        Self {
+            answer_done: Some(answer_done),
+            ..self
         }
     }
 }
@@ -73,6 +86,9 @@ impl EventSink for StreamSink {
                 }
             }
             Event::Finished(finish) => {
+                if let Some(done) = self.answer_done.take() {
+                    done.mark();
+                }
                 let report = self.facts.report(&finish, &self.transcript, &self.text);
                 GenerateStreamResponse {
                     token_ids: Vec::new(),
