@@ -6,6 +6,7 @@ mod completion;
 mod constraint;
 mod error;
 mod gemma_args;
+mod gemma_grammar;
 mod logprobs;
 mod relay;
 mod request;

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::gemma_grammar::gemma_grammar;
 use super::tool_calls::ToolSyntax;
 
 /// What a request's tool fields ask for.
@@ -88,10 +89,11 @@ pub fn tool_use(
         Some(forced) => match syntax {
             ToolSyntax::Qwen => Some(qwen_grammar(forced, parallel)),
             ToolSyntax::Gemma4 => {
-                return Err(ApiError::field(
-                    "tool_choice",
-                    "this model's tool-call format (Gemma 4's) cannot be forced; use \"auto\"",
-                ))
+                let functions: Vec<(&str, &Value)> = forced
+                    .iter()
+                    .map(|f| (f.name.as_str(), &f.parameters))
+                    .collect();
+                Some(gemma_grammar(&functions, parallel))
             }
         },
     };
@@ -355,8 +357,19 @@ mod tests {
         assert!(grammar.contains("call: %json {\"anyOf\": [{"), "{grammar}");
         assert!(grammar.contains("{\"const\": \"get_weather\"}"));
         assert!(grammar.contains("{\"const\": \"ping\"}, \"arguments\": {\"type\":\"object\"}"));
-        let gemma = tool_use(Some(&[ping()]), Some(&required), None, ToolSyntax::Gemma4);
-        assert_eq!(gemma.unwrap_err().param.as_deref(), Some("tool_choice"));
+        let gemma = tool_use(
+            Some(&[weather(), ping()]),
+            Some(&required),
+            None,
+            ToolSyntax::Gemma4,
+        )
+        .unwrap()
+        .unwrap()
+        .grammar
+        .unwrap();
+        assert!(gemma.starts_with("start: call+\n"), "{gemma}");
+        assert!(gemma.contains("\"call:get_weather\""), "{gemma}");
+        assert!(gemma.contains("\"call:ping\""), "{gemma}");
     }
 
     #[test]
