@@ -29,19 +29,24 @@ pub fn rules_from_wire(wire: Option<&crate::LogitRules>) -> Result<LogitRules, S
     let Some(wire) = wire else {
         return Ok(LogitRules::default());
     };
-    let mut logit_bias: Vec<(u32, f32)> = wire.logit_bias.iter().map(|(&t, &b)| (t, b)).collect();
-    logit_bias.sort_by_key(|&(token, _)| token);
     let rules = LogitRules {
         presence_penalty: wire.presence_penalty,
         frequency_penalty: wire.frequency_penalty,
         repetition_penalty: wire.repetition_penalty,
-        logit_bias,
+        logit_bias: logit_bias_from_wire(&wire.logit_bias),
         min_p: wire.min_p,
     };
     rules.validate(None).map_err(|error| {
         Status::invalid_argument(format!("rules.{}: {}", error.field, error.reason))
     })?;
     Ok(rules)
+}
+
+/// A wire bias map as `(token, bias)` pairs in id order, so equal maps give equal rules.
+pub fn logit_bias_from_wire(map: &std::collections::HashMap<u32, f32>) -> Vec<(u32, f32)> {
+    let mut bias: Vec<(u32, f32)> = map.iter().map(|(&token, &bias)| (token, bias)).collect();
+    bias.sort_by_key(|&(token, _)| token);
+    bias
 }
 
 /// The rules on the wire; `None` when they change nothing.

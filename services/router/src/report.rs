@@ -17,8 +17,6 @@ pub struct Transcript {
     pub tokens: Vec<u32>,
     pub text: String,
     pub first_token_at: Option<Instant>,
-    /// One per token, when the request asked for log probabilities.
-    pub logprobs: Vec<specd_wire::TokenLogprob>,
 }
 
 impl Transcript {
@@ -28,12 +26,6 @@ impl Transcript {
         }
         self.tokens.extend_from_slice(&delta.tokens);
         self.text.push_str(&delta.text);
-        self.logprobs.extend(
-            delta
-                .logprobs
-                .iter()
-                .map(specd_wire::sampling::logprob_to_wire),
-        );
     }
 }
 

@@ -278,7 +278,7 @@ impl Generation for GenerationService {
             finish_reason: report.finish_reason.into(),
             stats: Some(report.stats),
             matched_stop: report.matched_stop,
-            logprobs: sink.transcript.logprobs,
+            logprobs: sink.logprobs,
         }))
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use specd_core::round_loop::SinkClosed;
-use specd_core::{Event, EventSink};
+use specd_core::{Event, EventSink, TokenDelta};
 use specd_wire::generation::{FinishReason, GenerateStreamResponse};
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -17,15 +17,26 @@ use specd_text::TargetText;
 #[derive(Default)]
 pub struct CollectSink {
     pub transcript: Transcript,
+    /// One per token, when the request asked for log probabilities.
+    pub logprobs: Vec<specd_wire::TokenLogprob>,
 }
 
 impl EventSink for CollectSink {
     async fn send(&mut self, event: Event) -> Result<(), SinkClosed> {
         if let Event::Tokens(delta) = &event {
             self.transcript.record(delta);
+            self.logprobs.extend(logprobs_to_wire(delta));
         }
         Ok(())
     }
+}
+
+/// A delta's log probabilities on the wire.
+fn logprobs_to_wire(delta: &TokenDelta) -> impl Iterator<Item = specd_wire::TokenLogprob> + '_ {
+    delta
+        .logprobs
+        .iter()
+        .map(specd_wire::sampling::logprob_to_wire)
 }
 
 /// Sends each step to a streaming client; the receiver going away cancels the request.
@@ -72,17 +83,14 @@ impl EventSink for StreamSink {
         let message = match event {
             Event::Tokens(delta) => {
                 self.transcript.record(&delta);
+                let logprobs = logprobs_to_wire(&delta).collect();
                 GenerateStreamResponse {
                     token_ids: delta.tokens,
                     text: delta.text,
                     finish_reason: FinishReason::Unspecified.into(),
                     stats: None,
                     matched_stop: String::new(),
-                    logprobs: delta
-                        .logprobs
-                        .iter()
-                        .map(specd_wire::sampling::logprob_to_wire)
-                        .collect(),
+                    logprobs,
                 }
             }
             Event::Finished(finish) => {

@@ -277,13 +277,11 @@ fn rules(
     let Some(wire) = wire else {
         return Ok(LogitRules::default());
     };
-    let mut logit_bias: Vec<(u32, f32)> = wire.logit_bias.iter().map(|(&t, &b)| (t, b)).collect();
-    logit_bias.sort_by_key(|&(token, _)| token);
     let rules = LogitRules {
         presence_penalty: wire.presence_penalty.unwrap_or(0.0),
         frequency_penalty: wire.frequency_penalty.unwrap_or(0.0),
         repetition_penalty: wire.repetition_penalty.unwrap_or(1.0),
-        logit_bias,
+        logit_bias: specd_wire::sampling::logit_bias_from_wire(&wire.logit_bias),
         min_p: wire.min_p.unwrap_or(0.0),
     };
     rules.validate(Some(vocab_size)).map_err(|error| {

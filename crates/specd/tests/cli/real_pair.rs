@@ -194,6 +194,22 @@ pub(crate) fn pair_services(target: &Path, drafter: &Path) -> (Service, Service)
     (verifier, drafter)
 }
 
+/// A router with its HTTP API over `verifier` and `drafter`, of `target`'s text.
+pub(crate) fn pair_router(
+    verifier: &Service,
+    drafter: &Service,
+    target: &Path,
+) -> (Service, String) {
+    Service::router_with_http(&[
+        "--verifier",
+        &verifier.url,
+        "--drafters",
+        &drafter.url,
+        "--target",
+        text(target),
+    ])
+}
+
 #[tokio::test]
 async fn split_services_on_the_real_pair_speculate_losslessly() {
     let Some((target, drafter)) = pair() else {
@@ -321,14 +337,7 @@ async fn openai_chat_on_the_real_pair_is_the_templated_prompt() {
         return;
     };
     let (verifier, drafter) = pair_services(&target, &drafter);
-    let (router, http) = Service::router_with_http(&[
-        "--verifier",
-        &verifier.url,
-        "--drafters",
-        &drafter.url,
-        "--target",
-        text(&target),
-    ]);
+    let (router, http) = pair_router(&verifier, &drafter, &target);
     let mut grpc = GenerationClient::new(router.channel().await);
     let user = "Write a Python function that checks whether a string is a palindrome.";
     // The Qwen template adds its default system turn, as chat() writes it.

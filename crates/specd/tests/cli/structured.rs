@@ -10,7 +10,7 @@ use specd_wire::generation::{
     SamplingParams, SpeculativeParams,
 };
 
-use crate::real_pair::{pair, pair_services, text};
+use crate::real_pair::{pair, pair_router, pair_services, text};
 use crate::served::{http_post, Service};
 
 const PERSON: &str = "Extract the person's details as JSON: Maria Lopez, 34, lives in Seville \
@@ -306,14 +306,7 @@ async fn split_services_keep_constrained_and_shaped_output_lossless_on_the_real_
         return;
     };
     let (verifier, drafter) = pair_services(&target, &drafter);
-    let (router, _http) = Service::router_with_http(&[
-        "--verifier",
-        &verifier.url,
-        "--drafters",
-        &drafter.url,
-        "--target",
-        text(&target),
-    ]);
+    let (router, _http) = pair_router(&verifier, &drafter, &target);
     let mut client = GenerationClient::new(router.channel().await);
     let request = |speculative: bool| GenerateRequest {
         input: Some(generate_request::Input::Prompt(format!(
