@@ -11,6 +11,10 @@ with the telemetry contract (deploy/metrics.txt):
     check speaks TLS with them; nothing is published beyond the loopback interface unless
     an environment variable says so; the GPU override's verifier command is the base one
     plus --device=cuda;
+  * host networking (compose.host.yaml): every specd service and Prometheus on the host
+    network, the drafter slots the router's `drafter` name lists and prometheus.host.yml
+    scrapes agree;
+  * Dockerfile.prebuilt: its runtime stage is Dockerfile's, line for line;
   * collector: every pipeline names receivers, processors and exporters that are defined;
   * Grafana provisioning: the dashboard's datasource exists;
   * Kubernetes: the kustomization lists every manifest; probes (exec probes running
@@ -359,7 +363,7 @@ def check_compose(deploy: Path, compose: dict, p: Problems):
                 peer = specd.get(host)
                 if peer is None:
                     p.add(at, f"{flag} {flags[flag]}: no specd service {host!r}")
-                elif host_port(flag_values(peer["command"]).get("--listen", ""))[1] != port:
+                elif host_port(flag_values([compose_default(a) for a in peer["command"]]).get("--listen", ""))[1] != port:
                     p.add(at, f"{flag} {flags[flag]}: {host} listens on another port")
         if service["command"][1] == "drafter" and "ports" in service:
             p.add(at, "a scaled drafter cannot publish fixed host ports")
@@ -817,6 +821,8 @@ def main() -> int:
         check_dashboard_provider(provisioning, compose, p)
         check_compose(deploy, compose, p)
         check_cuda_override(deploy, compose, p)
+        check_host_override(deploy, compose, p)
+        check_prebuilt_dockerfile(deploy, p)
         check_collector(deploy, p)
         check_kubernetes(deploy / "k8s", p)
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
@@ -826,6 +832,70 @@ def main() -> int:
             raise
         p.add("deploy", f"invalid YAML: {e}")
     return report(p)
+
+
+def check_host_override(deploy: Path, compose: dict, p: Problems):
+    """compose.host.yaml: it overrides services compose.yaml defines; every specd service and
+    Prometheus leave the bridge network; the drafter addresses the slot script may claim are
+    the ones the router's `drafter` name lists and prometheus.host.yml scrapes; and the
+    router's and the verifier's metrics ports are scraped under the names it maps."""
+    where = "compose.host.yaml"
+    override = load_yaml(deploy / where).get("services", {})
+    base = compose.get("services", {})
+    for name, service in override.items():
+        if name not in base:
+            p.add(where, f"overrides {name!r}, which compose.yaml does not define")
+    specd = [n for n, s in base.items() if s.get("command", [])[:1] == ["serve"]]
+    for name in specd + ["prometheus"]:
+        if override.get(name, {}).get("network_mode") != "host":
+            p.add(where, f"{name}: not on the host network")
+    drafter = override.get("drafter", {})
+    slots = str(compose_env(drafter).get("SPECD_DRAFTER_SLOTS") or "").split()
+    if not slots:
+        p.add(where, "drafter: no SPECD_DRAFTER_SLOTS")
+    if "drafter-slot.sh" not in " ".join(str(a) for a in drafter.get("entrypoint", [])):
+        p.add(where, "drafter: the entrypoint is not drafter-slot.sh")
+    named = {}
+    for entry in override.get("router", {}).get("extra_hosts", []):
+        host, _, address = compose_default(str(entry)).replace("=", ":", 1).partition(":")
+        named.setdefault(host, []).append(address)
+    if sorted(named.get("drafter", [])) != sorted(slots):
+        p.add(where, f"router: `drafter` maps to {named.get('drafter', [])}, not the slots {slots}")
+    prometheus = load_yaml(deploy / "prometheus.host.yml")
+    scraped = {
+        t for job in prometheus.get("scrape_configs", []) for static in job.get("static_configs", [])
+        for t in static.get("targets", [])
+    }
+    drafter_metrics = host_port(flag_values([compose_default(a) for a in base["drafter"]["command"]])["--metrics-listen"])[1]
+    for slot in slots:
+        if f"{slot}:{drafter_metrics}" not in scraped:
+            p.add("prometheus.host.yml", f"does not scrape the drafter slot {slot}:{drafter_metrics}")
+    for name in specd:
+        if name == "drafter":
+            continue
+        flags = flag_values([compose_default(a) for a in base[name]["command"]])
+        target = f"{name}:{host_port(flags['--metrics-listen'])[1]}"
+        if target not in scraped:
+            p.add("prometheus.host.yml", f"does not scrape {target}")
+
+
+def check_prebuilt_dockerfile(deploy: Path, p: Problems):
+    """Dockerfile.prebuilt's image is Dockerfile's runtime stage around a binary built
+    elsewhere: the two must stay the same line for line, but for where the binary comes from."""
+
+    def runtime(name: str) -> list[str]:
+        text = (deploy / name).read_text()
+        # Joined continuation lines, from the runtime base on, comments and COPY aside.
+        lines = text.replace("\\\n", " ").splitlines()
+        start = next(i for i, line in enumerate(lines) if re.match(r"FROM \S+ AS runtime", line))
+        return [
+            " ".join(line.split())
+            for line in lines[start + 1 :]
+            if line.strip() and not line.lstrip().startswith(("#", "COPY "))
+        ]
+
+    if runtime("Dockerfile.prebuilt") != runtime("Dockerfile"):
+        p.add("Dockerfile.prebuilt", "its runtime stage differs from Dockerfile's")
 
 
 def report(p: Problems) -> int:

@@ -82,6 +82,10 @@ SELF_TEST_CASES=(
     "k8s/router.yaml|s/secretName: specd-api-keys/secretName: specd-keys/|not the Secret specd-api-keys|"
     "k8s/networkpolicy.yaml|s#podSelector: {}#podSelector: {matchLabels: {app.kubernetes.io/component: router}}#|none denies ingress by default|"
     "k8s/networkpolicy.yaml|s/component: router$/component: drafter/|drafter pods reach the verifier pods on port 50051|"
+    "Dockerfile.prebuilt|s/ca-certificates \\\\$/ca-certificates curl \\\\/|its runtime stage differs from Dockerfile's|"
+    "compose.host.yaml|s/drafter:127.0.0.5/drafter:127.0.0.6/|not the slots|"
+    "prometheus.host.yml|s/127.0.0.3:9092/127.0.0.3:9999/|does not scrape the drafter slot 127.0.0.3:9092|"
+    "compose.host.yaml|s/^    <<: \\[\\*host-network, \\*host-names\\]$/    <<: *host-names/|not on the host network|"
 )
 
 run_self_test() {

@@ -31,6 +31,10 @@ pub struct HealthArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long)]
     pub tls_key: Option<PathBuf>,
+    /// The name the server's certificate must carry, when --addr names it otherwise (an
+    /// address the certificate does not list, e.g. one replica behind a DNS name).
+    #[arg(long)]
+    pub tls_server_name: Option<String>,
 }
 
 /// Succeeds when the server reports SERVING; any other answer or no answer is an error, so
@@ -49,13 +53,18 @@ pub fn run(args: HealthArgs) -> Result<()> {
         )?;
         let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
             .with_context(|| format!("addr: {} is not a valid URL", args.addr))?;
-        let channel = secure_endpoint(endpoint, tls.as_ref(), None, "--tls-ca")
-            .with_context(|| format!("addr: {}", args.addr))?
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .connect()
-            .await
-            .with_context(|| format!("connecting to {}", args.addr))?;
+        let channel = secure_endpoint(
+            endpoint,
+            tls.as_ref(),
+            args.tls_server_name.as_deref(),
+            "--tls-ca",
+        )
+        .with_context(|| format!("addr: {}", args.addr))?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", args.addr))?;
         let answer = HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: args.service.clone(),

@@ -119,8 +119,10 @@ fn tracer_provider(
 
 fn install_subscriber(provider: Option<&SdkTracerProvider>) -> Result<(), TelemetryError> {
     let log_filter = EnvFilter::try_from_env("SPECD_LOG").unwrap_or_else(|_| "warn".into());
+    // Colours only on a terminal: a container's or a journal's log keeps plain text.
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(log_filter);
     let traces = provider.map(|provider| {
         let trace_filter =

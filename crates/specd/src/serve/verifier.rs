@@ -75,6 +75,18 @@ pub struct SequenceArgs {
 impl SequenceArgs {
     /// The verifier of `target` with these limits and its prefix cache.
     pub fn local<T: TargetModel>(&self, target: T) -> LocalVerifier<T> {
+        let prefix_cache = prefix_cache_bytes(self.prefix_cache_bytes, self.max_kv_bytes);
+        let unbounded = |limit: Option<usize>| limit.map_or("unbounded".into(), |n| n.to_string());
+        // What an operator checks a deployment's settings against.
+        tracing::info!(
+            max_sequences = self.max_sequences,
+            max_kv_tokens = %unbounded(self.max_kv_tokens),
+            max_kv_bytes = %unbounded(self.max_kv_bytes),
+            prefix_cache_bytes = prefix_cache,
+            batch_max_rows = self.batch_max_rows.max(1),
+            batch_max_wait_us = self.batch_max_wait_us,
+            "verifier limits"
+        );
         LocalVerifier::new(
             Arc::new(target),
             VerifierLimits {
@@ -85,10 +97,7 @@ impl SequenceArgs {
             max_tokens: self.max_kv_tokens,
             max_bytes: self.max_kv_bytes,
         })
-        .with_prefix_cache(prefix_cache_bytes(
-            self.prefix_cache_bytes,
-            self.max_kv_bytes,
-        ))
+        .with_prefix_cache(prefix_cache)
     }
 
     pub fn batch(&self) -> BatchConfig {

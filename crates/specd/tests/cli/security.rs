@@ -223,6 +223,19 @@ async fn internal_services_take_only_clients_with_a_certificate_of_their_ca() {
     };
     assert!(health(&stack.router.https_url(), &[]));
     assert!(!health(&url, &[]));
+    // --tls-server-name is the name checked, whatever the address says.
+    let named = |name: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_specd"))
+            .args(["health", "--addr", &stack.router.https_url(), "--tls-ca"])
+            .arg(&stack.pki.ca)
+            .args(["--tls-server-name", name])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(named("127.0.0.1"));
+    assert!(!named("drafter"));
     assert!(health(
         &url,
         &[&stack.pki.server_cert, &stack.pki.server_key]
