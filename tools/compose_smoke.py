@@ -2,8 +2,8 @@
 """The checks of tools/compose_smoke.sh, with the `openai` client an operator's users have.
 
   compose_smoke.py reference --base-url URL --out FILE
-      the requests of CASES against a specd run in one process; their streamed answers
-      written to FILE.
+      the requests of CASES against a specd run in one process, decoding plainly; their
+      streamed answers written to FILE.
   compose_smoke.py served --base-url URL --ca CA --api-key KEY --reference FILE
                           --project NAME --prometheus URL --max-kv-tokens N --batch-max-rows N
       the same requests against the compose services, plus the operator's checks; prints
@@ -109,7 +109,9 @@ def reference(args) -> int:
     client = OpenAI(base_url=args.base_url, api_key="unused", timeout=600, max_retries=0)
     models = sorted(m.id for m in client.models.list().data)
     use_model(models)
-    answers = {name: stream(client, case) for name, case in CASES.items()}
+    # Plain decoding: what every speculative answer must equal.
+    plain = {"extra_body": {"specd": {"speculative": False}}}
+    answers = {name: stream(client, {**case, **plain}) for name, case in CASES.items()}
     for name, answer in answers.items():
         print(f"  reference {name}: {len(answer['text'])} characters, {answer['finish_reason']}")
     with open(args.out, "w") as out:
@@ -227,7 +229,7 @@ def served(args) -> int:
         want = reference["answers"][name]
         same = answer["text"] == want["text"] and answer["finish_reason"] == want["finish_reason"]
         check(
-            f"streamed chat ({name}) equals the one-process answer",
+            f"streamed chat ({name}) equals the one-process plain answer",
             same,
             f"{len(answer['text'])} characters in {answer['chunks']} chunks"
             if same
@@ -329,7 +331,7 @@ def kill_drafter_mid_stream(args, client: OpenAI, want: dict) -> None:
     check("a drafter was killed mid-stream", len(killed) == 1, f"killed the one on {killed}")
     same = answer["text"] == want["text"] and answer["finish_reason"] == want["finish_reason"]
     check(
-        "the stream survives the kill and equals the one-process answer",
+        "the stream survives the kill and equals the one-process plain answer",
         same,
         f"{len(answer['text'])} characters in {answer['chunks']} chunks"
         if same
@@ -347,7 +349,7 @@ def kill_drafter_mid_stream(args, client: OpenAI, want: dict) -> None:
     before = draft_calls(left)
     answer = stream(client, CASES["long"])
     check(
-        "the remaining drafter serves the next stream, equal to the one-process answer",
+        "the remaining drafter serves the next stream, equal to the one-process plain answer",
         answer["text"] == want["text"] and draft_calls(left) > before,
         f"{int(draft_calls(left) - before)} draft calls on {left}",
     )
