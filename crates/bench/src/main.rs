@@ -2,6 +2,8 @@
 //! decoding split over loopback gRPC, on one checkpoint pair and one prompt set, measured in
 //! the same run and shown side by side.
 
+#![forbid(unsafe_code)]
+
 mod costs;
 mod embedded;
 mod engine;

@@ -7,6 +7,8 @@
 //! * [`GrammarTokens::compile`]: one request's [`GrammarConstraint`], within
 //!   [`GrammarLimits`], or a [`GrammarError`] naming the part of the format at fault.
 
+#![forbid(unsafe_code)]
+
 mod constraint;
 mod error;
 mod format;

@@ -1,4 +1,9 @@
 //! candle models for specd: the Gemma 4 target, and the loaders and kernels they share.
+//!
+//! The one crate of the workspace with `unsafe` code (SIMD kernels, the memory map, raw
+//! pointers shared by scoped workers); every block and impl says why it holds.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod causal_lm;
 pub mod checkpoint;

@@ -2,6 +2,8 @@
 //! them: model detection and loading, the in-process drafters, the prompt's text side and the
 //! `--device`/`--dtype` flags.
 
+#![forbid(unsafe_code)]
+
 pub mod device;
 pub mod draft;
 pub mod embedded_draft_model;

@@ -1,5 +1,7 @@
 //! The `specd` command line.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use specd::{draft, generate, health, serve};
 

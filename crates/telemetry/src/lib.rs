@@ -15,6 +15,8 @@
 //! Exporting and the metrics endpoint run on a small runtime of their own, so they work the
 //! same under any caller (including the blocking `specd generate`) and shut down last.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod error;
 mod init;

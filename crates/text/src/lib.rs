@@ -6,6 +6,8 @@
 //! [`TargetText`] is the one entry point; it implements core's [`specd_core::Detokenizer`],
 //! which core's incremental detokenizer turns into text deltas as tokens arrive.
 
+#![forbid(unsafe_code)]
+
 mod chat_template;
 mod checkpoint_files;
 mod error;

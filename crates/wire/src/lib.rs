@@ -10,6 +10,8 @@
 //! - messages shared by several services at the crate root ([`WireTensor`], [`KvDelta`],
 //!   [`SnapshotChunk`], [`Sampling`], ...).
 
+#![forbid(unsafe_code)]
+
 mod pb {
     #![allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
     include!(concat!(env!("OUT_DIR"), "/specd.v1.rs"));

@@ -12,6 +12,8 @@
 //! The tests' random engine (random drafts through the exact protocol) lives with the tests,
 //! in `tests/random_engine/`.
 
+#![forbid(unsafe_code)]
+
 pub mod draft_model;
 pub mod engine;
 pub mod mtp;

@@ -10,6 +10,8 @@
 //! that goes away drops it too; either way the round loop's guard releases the verifier
 //! sequence and closes the drafter session in the background.
 
+#![forbid(unsafe_code)]
+
 mod admission;
 pub mod affinity;
 pub mod auth;

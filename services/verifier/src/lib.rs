@@ -1,6 +1,8 @@
 //! The verifier side of specd: owns target-model sequences and their caches, and runs
 //! verify-accept-rollback rounds.
 
+#![forbid(unsafe_code)]
+
 mod admission;
 pub mod batch;
 mod carry;

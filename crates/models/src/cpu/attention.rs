@@ -86,6 +86,7 @@ thread_local! {
 struct OutPtr(*mut f32);
 // SAFETY: each unit writes the disjoint outputs of its own tokens and heads.
 unsafe impl Sync for OutPtr {}
+// SAFETY: as for Sync: the pointer outlives the scoped workers it is sent to.
 unsafe impl Send for OutPtr {}
 
 impl OutPtr {

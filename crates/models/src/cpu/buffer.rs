@@ -75,6 +75,7 @@ mod huge {
     // SAFETY: the mapping is memory owned like a `Vec`'s buffer: it is freed only on drop
     // and reached only through `AlignedBytes`' `&self`/`&mut self` methods.
     unsafe impl Send for Mapping {}
+    // SAFETY: as for Send: shared access only reads, through `&self`.
     unsafe impl Sync for Mapping {}
 
     impl Mapping {

@@ -129,6 +129,7 @@ pub struct Task<'a> {
 struct SendPtr(*mut f32);
 // SAFETY: workers write disjoint column ranges (one tile each).
 unsafe impl Sync for SendPtr {}
+// SAFETY: as for Sync: the pointer outlives the scoped workers it is sent to.
 unsafe impl Send for SendPtr {}
 
 /// Per-worker argmax candidates (each row's best two), one slot per worker.

@@ -47,6 +47,7 @@ pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
         // SAFETY: `isa` is only ever a supported set (see `Isa::detect`).
         Isa::Avx512Vnni if isa.supported() => unsafe { run_avx512(f) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above; the guard checked the features.
         Isa::AvxVnni | Isa::Avx2 if isa.supported() => unsafe { run_avx2(f) },
         _ => f(),
     }

@@ -45,6 +45,9 @@ unsafe fn pair_sum(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
     _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
 }
 
+// SAFETY: every method needs AVX2 and FMA (with VNNI, AVX-VNNI), which callers check through
+// `Isa` before choosing this implementation; pointer arguments are read and written only
+// for the bytes each method's contract names.
 unsafe impl<const VNNI: bool> Lanes for Avx2<VNNI> {
     type I = Pair<__m256i>;
     type F = Pair<__m256>;

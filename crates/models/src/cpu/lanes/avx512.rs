@@ -18,6 +18,9 @@ pub(crate) fn supported() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+// SAFETY: every method needs the features `supported` checks, which callers check through
+// `Isa` before choosing this implementation; pointer arguments are read and written only
+// for the bytes each method's contract names.
 unsafe impl Lanes for Avx512 {
     type I = __m512i;
     type F = __m512;

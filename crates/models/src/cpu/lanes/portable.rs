@@ -29,6 +29,8 @@ unsafe fn read<const N: usize>(p: *const u8) -> [u8; N] {
     std::ptr::read_unaligned(p as *const [u8; N])
 }
 
+// SAFETY: plain Rust, no CPU feature needed; pointer arguments are read and written only
+// for the bytes each method's contract names.
 unsafe impl Lanes for Portable {
     type I = [i32; 16];
     type F = [f32; 16];
