@@ -27,7 +27,7 @@ post-norms keep the step's input (token embedding + previous hidden) visible, an
 The MoE router's input is RMS-normalised and scaled by hidden^-0.5 (times `router.scale`), so it
 has a norm of about 1 and each coordinate about 1/8 (hidden 64). The fixtures need the router's
 top-k choice to be unambiguous at every position the references cover: the k-th largest
-probability must beat the (k+1)-th by 1e-3 (gemma4_fixtures.py, MIN_ROUTER_GAP), over roughly
+probability must beat the (k+1)-th by 1e-3 (gemma4_fixture_specs.py, MIN_ROUTER_GAP), over roughly
 1400 decisions (prompt and greedy positions times layers). A router with i.i.d. Gaussian rows
 cannot do that: whatever their scale, roughly 1 decision in 100 has a gap below 1e-3 (with
 4 experts and top-2, p2 and p3 are both small whenever one expert dominates), so every seed
