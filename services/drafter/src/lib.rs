@@ -16,6 +16,7 @@
 
 pub mod draft_model;
 pub mod engine;
+pub mod kv_deltas;
 pub mod mtp;
 pub mod server;
 pub mod wire_kv;

@@ -4,7 +4,7 @@
 use specd_wire::drafter::{draft_request, DrafterKind, MtpCarry, TokenCarry};
 use specd_wire::{SnapshotChunk, WireTensor};
 
-use crate::carry::{merge_deltas, WireCarry};
+use crate::carry::WireCarry;
 use crate::error::RemoteError;
 
 /// What a session on another drafter would start from.
@@ -108,6 +108,7 @@ impl SessionResume {
             Self::Mtp { hidden } => draft_request::Carry::Mtp(MtpCarry {
                 hidden: hidden.clone(),
                 delta: None,
+                later_deltas: Vec::new(),
             }),
             Self::DraftModel { .. } => draft_request::Carry::Tokens(TokenCarry::default()),
         }
@@ -146,9 +147,12 @@ fn mtp_carry(
     }
     let hidden = hidden
         .ok_or_else(|| RemoteError::protocol("verifier", "no hidden state for the MTP drafter"))?;
+    // Forwarded as the verifier sent them: the drafter joins several rounds' rows.
+    let mut deltas = deltas.into_iter();
     let carry = MtpCarry {
         hidden: Some(hidden.clone()),
-        delta: merge_deltas(deltas)?,
+        delta: deltas.next(),
+        later_deltas: deltas.collect(),
     };
     Ok((carry, hidden))
 }

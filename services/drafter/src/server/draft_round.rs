@@ -12,6 +12,7 @@ use super::open::check_ids;
 use super::sessions::{SessionEntry, StepKey};
 use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
+use crate::kv_deltas::concat_deltas;
 use crate::wire_kv::{committed_kv, model_hidden};
 
 /// Checks that need no session state: count, bonus and carry kind.
@@ -195,13 +196,25 @@ fn decode_carry(
                 None,
                 &[Dim::Exactly(1), Dim::Exactly(1), Dim::Any],
             )?;
-            let delta = match &mtp.delta {
-                Some(delta) => {
-                    let decoded = KvDeltaTensors::decode(delta, "carry.mtp.delta", device)?;
-                    Some(committed_kv(decoded).map_err(internal("carry.mtp.delta"))?)
-                }
-                None => None,
-            };
+            let mut fields = Vec::new();
+            let mut parts = Vec::new();
+            if let Some(delta) = &mtp.delta {
+                fields.push("carry.mtp.delta".to_owned());
+                parts.push(KvDeltaTensors::decode(delta, "carry.mtp.delta", device)?);
+            } else if !mtp.later_deltas.is_empty() {
+                return Err(Status::invalid_argument(
+                    "carry.mtp.later_deltas: given without carry.mtp.delta",
+                ));
+            }
+            for (i, delta) in mtp.later_deltas.iter().enumerate() {
+                let field = format!("carry.mtp.later_deltas[{i}]");
+                parts.push(KvDeltaTensors::decode(delta, &field, device)?);
+                fields.push(field);
+            }
+            let delta = concat_deltas(parts, &fields)
+                .map_err(Status::invalid_argument)?
+                .map(|delta| committed_kv(delta).map_err(internal("carry.mtp.delta")))
+                .transpose()?;
             let hidden = model_hidden(hidden).map_err(internal("carry.mtp.hidden"))?;
             Ok(DraftCarry::Mtp { hidden, delta })
         }

@@ -3,7 +3,7 @@
 use specd_drafter::DrafterServerConfig;
 use specd_wire::drafter::{draft_request, DrafterKind, MtpCarry, OpenHeader, OpenRequest};
 use specd_wire::tensor::encode;
-use specd_wire::Sampling;
+use specd_wire::{KvDelta, Sampling};
 use tonic::Code;
 
 use crate::support::*;
@@ -61,6 +61,7 @@ async fn bad_drafts_are_refused_naming_the_field() {
     no_hidden.carry = Some(draft_request::Carry::Mtp(MtpCarry {
         hidden: None,
         delta: None,
+        later_deltas: Vec::new(),
     }));
     expect(
         draft(&mut client, no_hidden).await,
@@ -74,6 +75,7 @@ async fn bad_drafts_are_refused_naming_the_field() {
     wrong_shape.carry = Some(draft_request::Carry::Mtp(MtpCarry {
         hidden: Some(encode(&flat, "hidden").unwrap()),
         delta: None,
+        later_deltas: Vec::new(),
     }));
     expect(
         draft(&mut client, wrong_shape).await,
@@ -86,6 +88,28 @@ async fn bad_drafts_are_refused_naming_the_field() {
         draft(&mut client, mtp_draft(&session, 1, 11, 2, Some(truncated))).await,
         Code::InvalidArgument,
         "carry.mtp.delta.full_k",
+    );
+    // Later rounds' deltas come only after a first one, each where the one before ends.
+    let with_later = |first: Option<KvDelta>, later: KvDelta, position: usize| {
+        let mut request = mtp_draft(&session, 1, position, 2, first);
+        if let Some(draft_request::Carry::Mtp(mtp)) = request.carry.as_mut() {
+            mtp.later_deltas.push(later);
+        }
+        request
+    };
+    expect(
+        draft(&mut client, with_later(None, delta(10, 12, 0), 11)).await,
+        Code::InvalidArgument,
+        "carry.mtp.later_deltas",
+    );
+    expect(
+        draft(
+            &mut client,
+            with_later(Some(delta(10, 12, 0)), delta(13, 14, 0), 13),
+        )
+        .await,
+        Code::InvalidArgument,
+        "carry.mtp.later_deltas[0].start_position",
     );
     // After all that, the session is still at round 0 and works.
     draft(&mut client, mtp_draft(&session, 1, 9, 2, None))

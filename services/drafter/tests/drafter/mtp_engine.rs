@@ -78,6 +78,7 @@ fn draft_request(
         carry: Some(draft_request::Carry::Mtp(MtpCarry {
             hidden: Some(wire_hidden(hidden)),
             delta,
+            later_deltas: Vec::new(),
         })),
         predraft: false,
         predraft_branches: 0,

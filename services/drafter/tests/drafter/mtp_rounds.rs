@@ -1,6 +1,6 @@
 //! MTP sessions: open from a chunked snapshot, rounds apply carries once, retries replay.
 
-use specd_wire::drafter::{CloseRequest, DrafterKind, DrafterStatsRequest};
+use specd_wire::drafter::{draft_request, CloseRequest, DrafterKind, DrafterStatsRequest};
 use tonic::Code;
 
 use crate::support::*;
@@ -50,6 +50,30 @@ async fn rounds_apply_each_carry_once_and_retries_replay() {
     assert_eq!(stats.kind(), DrafterKind::Mtp);
     assert_eq!(stats.max_draft_tokens, MAX_DRAFTS as u32);
     assert_eq!(stats.model, "random");
+}
+
+/// Rounds that drafted nothing reach the drafter with the next draft, their deltas as the
+/// verifier sent them: every row is applied, in order.
+#[tokio::test]
+async fn several_rounds_deltas_apply_in_one_draft() {
+    let server = TestDrafter::start(DrafterKind::Mtp).await;
+    let mut client = server.client().await;
+    let session = open_mtp(&mut client, 10).await.unwrap();
+    draft(&mut client, mtp_draft(&session, 1, 9, 2, None))
+        .await
+        .unwrap();
+
+    let mut round2 = mtp_draft(&session, 2, 13, 2, Some(delta(10, 11, 1)));
+    if let Some(draft_request::Carry::Mtp(mtp)) = round2.carry.as_mut() {
+        mtp.later_deltas = vec![delta(11, 12, 0), delta(12, 14, 1)];
+    }
+    assert_eq!(draft(&mut client, round2).await.unwrap().len(), 2);
+    // The session holds 14 positions now: round 3 continues there and nowhere else.
+    let behind = mtp_draft(&session, 3, 12, 1, Some(delta(12, 13, 0)));
+    let err = draft(&mut client, behind).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    let next = mtp_draft(&session, 3, 14, 1, Some(delta(14, 15, 0)));
+    assert_eq!(draft(&mut client, next).await.unwrap().len(), 1);
 }
 
 #[tokio::test]

@@ -174,6 +174,7 @@ pub fn mtp_draft(
         carry: Some(draft_request::Carry::Mtp(MtpCarry {
             hidden: Some(hidden()),
             delta,
+            later_deltas: Vec::new(),
         })),
         predraft: false,
         predraft_branches: 0,
