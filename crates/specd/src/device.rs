@@ -2,7 +2,30 @@
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Device};
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
+
+/// Where the models of a command run and in which float type: the same two flags on every
+/// command that loads a model.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ComputeArgs {
+    /// Device the models run on (`cuda` and `metal` need a build with that feature).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    /// Float type of the candle models' weights and activations (Gemma 4 checkpoints);
+    /// GGUF models keep their quantized types.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
+}
+
+impl ComputeArgs {
+    pub fn device(&self) -> Result<Device> {
+        self.device.device()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype.dtype()
+    }
+}
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DeviceArg {

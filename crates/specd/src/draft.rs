@@ -10,7 +10,7 @@ use serde_json::json;
 use specd_models::gemma4::{Gemma4Model, DEFAULT_PREFILL_CHUNK};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant};
 
-use crate::device::{DTypeArg, DeviceArg};
+use crate::device::ComputeArgs;
 
 #[derive(Args, Debug)]
 pub struct DraftArgs {
@@ -31,15 +31,13 @@ pub struct DraftArgs {
     /// Print one JSON object: {"first_token": t, "drafts": [...]}.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 pub fn run(args: DraftArgs) -> Result<()> {
-    let device = args.device.device()?;
-    let dtype = args.dtype.dtype();
+    let device = args.compute.device()?;
+    let dtype = args.compute.dtype();
     let target = Gemma4Model::load(&args.target, dtype, &device)
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let vocab = target.config().vocab_size;

@@ -19,7 +19,7 @@ use specd_verifier::{
     Gemma4Target, LocalVerifier, Qwen2Target, TargetCarry, TargetModel, VerifierLimits,
 };
 
-use crate::device::{DTypeArg, DeviceArg};
+use crate::device::ComputeArgs;
 use crate::embedded_drafter::EmbeddedDrafter;
 use crate::speed::{DecodeSpeed, ProbedVerifier};
 use crate::text::{dir_text, gguf_text, PromptText};
@@ -96,10 +96,8 @@ pub struct GenerateArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 /// Drafters `specd generate` can run in-process.
@@ -239,7 +237,7 @@ fn prompt_encoder(text: &TargetText, raw: bool) -> impl Fn(&str) -> Result<Vec<u
 /// A GGUF (Qwen2) target: text through its tokenizer and chat template; drafts from an n-gram
 /// lookup or an independent draft model.
 fn run_gguf(args: GenerateArgs) -> Result<()> {
-    let device = args.device.device()?;
+    let device = args.compute.device()?;
     let text = gguf_text(&args.target)?;
     let encode = prompt_encoder(&text, args.raw_prompt);
     let prompt_ids = prompt_ids_from(&args, Some(&encode))?;
@@ -269,7 +267,7 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
 
 /// A Gemma 4 target: a checkpoint directory or a GGUF file.
 fn run_gemma4(args: GenerateArgs) -> Result<()> {
-    let device = args.device.device()?;
+    let device = args.compute.device()?;
     let tokenizer = gemma4_text(&args.target)?;
     let prompt_ids = {
         let encode = tokenizer
@@ -282,12 +280,12 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
                 .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
         )?
     };
-    let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
+    let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
         .with_context(|| format!("loading the target from {}", args.target.display()))?;
     let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
     let mtp = match (args.draft, &args.drafter) {
         (Some(EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid), Some(path)) => Some(
-            embedded_mtp::load(path, &args.target, args.dtype.dtype(), &device)
+            embedded_mtp::load(path, &args.target, args.compute.dtype(), &device)
                 .with_context(|| format!("loading the drafter from {}", path.display()))?,
         ),
         (Some(EmbeddedDraft::DraftModel), _) => {

@@ -14,7 +14,7 @@ use specd_models::qwen2::GgufFile;
 
 use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
-use crate::device::{DTypeArg, DeviceArg};
+use crate::device::ComputeArgs;
 
 #[derive(Args, Debug)]
 pub struct DrafterArgs {
@@ -63,10 +63,8 @@ pub struct DrafterArgs {
     pub listener: ListenerArgs,
     #[command(flatten)]
     pub telemetry: super::TelemetryArgs,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 /// The draft model's prefix cache when none is given: about 40,000 positions of the 0.5B
@@ -77,7 +75,7 @@ pub const DEFAULT_DRAFTER_PREFIX_CACHE_BYTES: usize = 1 << 30;
 const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
 
 pub async fn run(args: DrafterArgs) -> Result<()> {
-    let device = args.device.device()?;
+    let device = args.compute.device()?;
     if crate::generate::detect(&args.drafter, "drafter")?.is_gguf() {
         // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
         let target_vocab = gguf_vocab_size(&args.target, "target")?;
@@ -96,7 +94,7 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
             .with_prefix_cache(args.prefix_cache_bytes);
         serve_engine(engine, &args).await
     } else {
-        let engine = MtpEngine::load(&args.drafter, &args.target, args.dtype.dtype(), &device)
+        let engine = MtpEngine::load(&args.drafter, &args.target, args.compute.dtype(), &device)
             .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
         serve_engine(engine, &args).await
     }

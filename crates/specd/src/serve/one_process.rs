@@ -22,7 +22,7 @@ use super::listen::ListenerArgs;
 use super::router::{serve_api, ApiArgs};
 use super::verifier::{dir_name, SequenceArgs};
 use super::{LimitArgs, TelemetryArgs};
-use crate::device::{DTypeArg, DeviceArg};
+use crate::device::ComputeArgs;
 use crate::generate::{detect, EmbeddedDraft};
 use crate::{embedded_draft_model, embedded_mtp};
 
@@ -60,10 +60,8 @@ pub struct OneProcessArgs {
     pub listener: ListenerArgs,
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 pub async fn run(args: OneProcessArgs) -> Result<()> {
@@ -130,7 +128,7 @@ fn qwen2_engine(
     path: &Path,
     draft: Option<EmbeddedDraft>,
 ) -> Result<Arc<dyn InProcessEngine>> {
-    let device = args.device.device()?;
+    let device = args.compute.device()?;
     let eos = crate::text::gguf_text(path)?.eos_token_ids().to_vec();
     let target = Qwen2Target::load(path, &device, eos)
         .with_context(|| format!("loading the target from {}", path.display()))?;
@@ -155,8 +153,8 @@ fn gemma4_engine(
     path: &Path,
     draft: Option<EmbeddedDraft>,
 ) -> Result<Arc<dyn InProcessEngine>> {
-    let device = args.device.device()?;
-    let dtype = args.dtype.dtype();
+    let device = args.compute.device()?;
+    let dtype = args.compute.dtype();
     let target = Gemma4Target::load(path, dtype, &device)
         .with_context(|| format!("loading the target from {}", path.display()))?;
     let load = |kind| -> Result<_> {

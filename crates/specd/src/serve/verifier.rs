@@ -14,7 +14,7 @@ use specd_verifier::{
 
 use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
-use crate::device::{DTypeArg, DeviceArg};
+use crate::device::ComputeArgs;
 use crate::text::gguf_text;
 
 #[derive(Args, Debug)]
@@ -37,10 +37,8 @@ pub struct VerifierArgs {
     pub listener: ListenerArgs,
     #[command(flatten)]
     pub telemetry: super::TelemetryArgs,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 /// How the target holds and batches its sequences, shared by the verifier and the
@@ -109,14 +107,14 @@ impl SequenceArgs {
 }
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
-    let device = args.device.device()?;
+    let device = args.compute.device()?;
     if crate::generate::detect(&args.target, "target")?.is_gguf() {
         let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
         let target = Qwen2Target::load(&args.target, &device, eos)
             .with_context(|| format!("loading the target from {}", args.target.display()))?;
         serve_target(target, &args).await
     } else {
-        let target = Gemma4Target::load(&args.target, args.dtype.dtype(), &device)
+        let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
             .with_context(|| format!("loading the target from {}", args.target.display()))?;
         serve_target(target, &args).await
     }
