@@ -88,8 +88,9 @@ async fn conversations_are_the_same_with_the_cache_and_reuse_it() {
             );
             let (got_stats, want_stats) = (got.stats.unwrap(), want.stats.unwrap());
             // The drafter opened from the same snapshot, so it drafted the same.
-            assert_eq!(got_stats.rounds, want_stats.rounds);
-            assert_eq!(got_stats.accepted, want_stats.accepted);
+            let both = format!("t {temperature}, turn {turn}: {got_stats:?} / {want_stats:?}");
+            assert_eq!(got_stats.rounds, want_stats.rounds, "{both}");
+            assert_eq!(got_stats.accepted, want_stats.accepted, "{both}");
             assert_eq!(want_stats.cached_prompt_tokens, 0);
             if turn > 0 || temperature > 0.0 {
                 // Whole prefill pieces of an earlier prompt of this conversation.
