@@ -1,6 +1,7 @@
 //! What a verifier replica and a drafter endpoint share as members of their pools: the URL,
 //! the client dialled once, where the URL came from, and the backoff after a failure.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,9 @@ pub(crate) struct PoolMember<C> {
     avoid_until: Mutex<Option<Instant>>,
     /// Came from DNS, so a later resolution that lacks it removes it.
     discovered: bool,
+    /// Failed since it last answered: its outage is logged once, not at every retry (a
+    /// member that is down for long is retried after each backoff).
+    failing: AtomicBool,
 }
 
 impl<C: Clone> PoolMember<C> {
@@ -34,6 +38,7 @@ impl<C: Clone> PoolMember<C> {
             client: make(channel),
             avoid_until: Mutex::new(None),
             discovered: server_name.is_some(),
+            failing: AtomicBool::new(false),
         })
     }
 
@@ -59,8 +64,44 @@ impl<C: Clone> PoolMember<C> {
         *lock(&self.avoid_until) = Some(Instant::now() + backoff);
     }
 
+    /// Records a failure; true for the first since it last answered (the one to log).
+    pub fn note_failure(&self) -> bool {
+        !self.failing.swap(true, Ordering::Relaxed)
+    }
+
+    /// Records an answer; true when it had been failing (the recovery to log).
+    pub fn note_answer(&self) -> bool {
+        self.failing.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether it failed since it last answered.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
     /// Ends a backoff that has run out; true when there was one.
     pub fn recovered(&self) -> bool {
         lock(&self.avoid_until).take().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_outage_is_reported_once_and_so_is_its_end() {
+        let member =
+            PoolMember::connect("http://127.0.0.1:9", &Upstream::default(), None, |c| c).unwrap();
+        assert!(!member.failing());
+        assert!(member.note_failure(), "the first failure is the one to log");
+        assert!(
+            !member.note_failure(),
+            "later failures of the same outage are not"
+        );
+        assert!(member.failing());
+        assert!(member.note_answer(), "the first answer ends the outage");
+        assert!(!member.note_answer());
+        assert!(member.note_failure(), "a new outage is logged again");
     }
 }

@@ -12,7 +12,7 @@ use specd_wire::placement::Placement;
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest, VerifierStatsResponse};
 use tokio::sync::watch;
 use tonic::transport::Channel;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::affinity::PrefixAffinity;
 use crate::config::TargetLimits;
@@ -325,7 +325,11 @@ impl VerifierPool {
 
     /// Leaves `replica` out until it has backed off and answers Stats again.
     pub fn failed(&self, replica: &Replica) {
-        warn!(url = %replica.url(), backoff = ?self.backoff, "verifier failed; avoiding it");
+        if replica.member.note_failure() {
+            warn!(url = %replica.url(), backoff = ?self.backoff, "verifier failed; avoiding it");
+        } else {
+            debug!(url = %replica.url(), backoff = ?self.backoff, "verifier still failing; avoiding it");
+        }
         self.affinity.forget(replica.url());
         replica.member.avoid_for(self.backoff);
         *lock(&replica.load) = None;
@@ -390,7 +394,8 @@ impl VerifierPool {
         if replica.member.backing_off(now) {
             return;
         }
-        if replica.member.recovered() {
+        replica.member.recovered();
+        if replica.member.note_answer() {
             info!(url = %replica.url(), "verifier answers again; taking requests");
         }
         *lock(&replica.load) = Some(load);
