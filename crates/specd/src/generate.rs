@@ -11,8 +11,8 @@ use serde_json::json;
 use specd_core::round_loop::SinkClosed;
 use specd_core::{
     BlockSizeConfig, Detokenizer, Drafter, Event, EventSink, GenerationRequest, HybridDrafter,
-    NgramDrafter, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, SpecStats,
-    StopConditions,
+    NgramDrafter, NoDrafter, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId,
+    SpecStats, StopConditions,
 };
 use specd_models::ModelSource;
 use specd_verifier::{
@@ -20,7 +20,6 @@ use specd_verifier::{
 };
 
 use crate::device::ComputeArgs;
-use crate::embedded_drafter::EmbeddedDrafter;
 use crate::speed::{DecodeSpeed, ProbedVerifier};
 use crate::text::{dir_text, gguf_text, PromptText};
 use crate::{embedded_draft_model, embedded_mtp};
@@ -255,14 +254,14 @@ fn run_gguf(args: GenerateArgs) -> Result<()> {
         ),
         _ => None,
     };
-    let (choice, hybrid) = behind_lookup(args.draft, choice);
-    let drafter = match (&choice, &hybrid) {
-        (Some(d), _) => DrafterChoice::DraftModel(d),
-        (None, Some(h)) => DrafterChoice::HybridDraftModel(h),
-        (None, None) if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
-        (None, None) => DrafterChoice::None,
+    let run = Generation {
+        args: &args,
+        verifier: &verifier,
+        detokenizer: &text,
+        has_text: true,
+        text_eos_ids: &[],
     };
-    generate_with(&args, &verifier, prompt_ids, &text, true, &[], drafter)
+    run.drafting(prompt_ids, choice)
 }
 
 /// A Gemma 4 target: a checkpoint directory or a GGUF file.
@@ -293,13 +292,6 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
         }
         _ => None,
     };
-    let (mtp, hybrid) = behind_lookup(args.draft, mtp);
-    let drafter = match (&mtp, &hybrid) {
-        (Some(m), _) => DrafterChoice::Mtp(m),
-        (None, Some(h)) => DrafterChoice::HybridMtp(h),
-        (None, None) if args.draft == Some(EmbeddedDraft::Ngram) => DrafterChoice::Ngram,
-        (None, None) => DrafterChoice::None,
-    };
     let has_text = tokenizer.is_some();
     // The tokenizer may know more ends than the model's config: a Gemma 4 GGUF's <turn|> and
     // <|tool_response>, where llama.cpp stops too.
@@ -311,50 +303,72 @@ fn run_gemma4(args: GenerateArgs) -> Result<()> {
         Some(t) => Box::new(t),
         None => Box::new(TargetText::without_tokenizer(Vec::new())),
     };
-    generate_with(
-        &args,
-        &verifier,
-        prompt_ids,
-        detokenizer.as_ref(),
+    let run = Generation {
+        args: &args,
+        verifier: &verifier,
+        detokenizer: detokenizer.as_ref(),
         has_text,
-        &text_eos_ids,
-        drafter,
-    )
+        text_eos_ids: &text_eos_ids,
+    };
+    run.drafting(prompt_ids, mtp)
 }
 
-/// A loaded drafter as `--draft` wants it: alone, or (`hybrid`) behind prompt lookup.
-fn behind_lookup<D: Drafter>(
-    draft: Option<EmbeddedDraft>,
-    loaded: Option<D>,
-) -> (Option<D>, Option<HybridDrafter<D>>) {
-    match (draft, loaded) {
-        (Some(EmbeddedDraft::Hybrid), Some(inner)) => {
-            (None, Some(HybridDrafter::with_default_lookup(inner)))
+/// One embedded generation: the target's verifier, the text side, and the flags.
+struct Generation<'a, T: TargetModel> {
+    args: &'a GenerateArgs,
+    verifier: &'a LocalVerifier<T>,
+    detokenizer: &'a dyn Detokenizer,
+    has_text: bool,
+    text_eos_ids: &'a [u32],
+}
+
+impl<T: TargetModel> Generation<'_, T> {
+    /// Runs with the drafting `--draft` chose: the loaded drafter (of whichever kind) alone
+    /// or behind prompt lookup (`hybrid`), prompt lookup alone (`ngram`), or none. The kind
+    /// and the lookup in front are two independent choices, each made once here.
+    fn drafting<D>(&self, prompt_ids: Vec<u32>, loaded: Option<D>) -> Result<()>
+    where
+        D: Drafter<Carry = TargetCarry>,
+    {
+        match (self.args.draft, loaded) {
+            (Some(EmbeddedDraft::Hybrid), Some(inner)) => {
+                self.run(prompt_ids, Some(&HybridDrafter::with_default_lookup(inner)))
+            }
+            (_, Some(drafter)) => self.run(prompt_ids, Some(&drafter)),
+            (Some(EmbeddedDraft::Ngram), None) => {
+                self.run(prompt_ids, Some(&NgramDrafter::<TargetCarry>::default()))
+            }
+            (_, None) => self.run::<NoDrafter<TargetCarry>>(prompt_ids, None),
         }
-        (_, loaded) => (loaded, None),
+    }
+
+    fn run<D>(&self, prompt_ids: Vec<u32>, drafter: Option<&D>) -> Result<()>
+    where
+        D: Drafter<Carry = TargetCarry>,
+    {
+        generate_with(
+            self.args,
+            self.verifier,
+            prompt_ids,
+            self.detokenizer,
+            self.has_text,
+            self.text_eos_ids,
+            drafter,
+        )
     }
 }
 
-enum DrafterChoice<'a> {
-    None,
-    Ngram,
-    Mtp(&'a EmbeddedDrafter<specd_drafter::MtpEngine>),
-    DraftModel(&'a EmbeddedDrafter<specd_drafter::DraftModelEngine>),
-    HybridMtp(&'a HybridDrafter<EmbeddedDrafter<specd_drafter::MtpEngine>>),
-    HybridDraftModel(&'a HybridDrafter<EmbeddedDrafter<specd_drafter::DraftModelEngine>>),
-}
-
-fn generate_with<T: TargetModel>(
+fn generate_with<T: TargetModel, D: Drafter<Carry = TargetCarry>>(
     args: &GenerateArgs,
     verifier: &LocalVerifier<T>,
     prompt_ids: Vec<u32>,
     detokenizer: &dyn Detokenizer,
     has_text: bool,
     text_eos_ids: &[u32],
-    drafter: DrafterChoice<'_>,
+    drafter: Option<&D>,
 ) -> Result<()> {
     let block_size = match drafter {
-        DrafterChoice::None => {
+        None => {
             if !args.no_draft {
                 tracing::info!("no drafter given: decoding with the target alone");
             }
@@ -404,31 +418,15 @@ fn generate_with<T: TargetModel>(
     };
     // A speculative run ends with its speed-up over plain decoding, estimated from a few
     // plain steps timed on the finished sequence.
-    let probed = ProbedVerifier::new(verifier, !matches!(drafter, DrafterChoice::None));
+    let probed = ProbedVerifier::new(verifier, drafter.is_some());
     let verifier = &probed;
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let control = RequestControl::default();
     let finish = match drafter {
-        DrafterChoice::Mtp(mtp) => runtime.block_on(
-            RoundLoop::new(verifier, Some(mtp), detokenizer).run(request, &mut sink, &control),
+        Some(drafter) => runtime.block_on(
+            RoundLoop::new(verifier, Some(drafter), detokenizer).run(request, &mut sink, &control),
         ),
-        DrafterChoice::DraftModel(dm) => runtime.block_on(
-            RoundLoop::new(verifier, Some(dm), detokenizer).run(request, &mut sink, &control),
-        ),
-        DrafterChoice::HybridMtp(hybrid) => runtime.block_on(
-            RoundLoop::new(verifier, Some(hybrid), detokenizer).run(request, &mut sink, &control),
-        ),
-        DrafterChoice::HybridDraftModel(hybrid) => runtime.block_on(
-            RoundLoop::new(verifier, Some(hybrid), detokenizer).run(request, &mut sink, &control),
-        ),
-        DrafterChoice::Ngram => {
-            let ngram = NgramDrafter::<TargetCarry>::default();
-            runtime.block_on(
-                RoundLoop::new(verifier, Some(&ngram), detokenizer)
-                    .run(request, &mut sink, &control),
-            )
-        }
-        DrafterChoice::None => runtime
+        None => runtime
             .block_on(RoundLoop::plain(verifier, detokenizer).run(request, &mut sink, &control)),
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
