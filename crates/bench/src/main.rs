@@ -153,7 +153,10 @@ fn run(args: BenchArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let gguf = generate::detect(args.target(), "target")?.is_gguf();
+    let gguf = matches!(
+        generate::detect(args.target(), "target")?,
+        specd_models::ModelSource::Qwen2 { .. }
+    );
     runtime.block_on(async move {
         if gguf {
             run_gguf(&args).await

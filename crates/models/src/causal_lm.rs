@@ -6,7 +6,7 @@
 use candle_core::Tensor;
 
 use crate::error::Result;
-use crate::gemma4::SharedKv;
+use crate::shared_kv::SharedKv;
 
 /// Which positions of each row a forward returns hidden states for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,8 +18,10 @@ mod gguf_value;
 pub mod linear;
 pub mod projection;
 pub mod qwen2;
+pub mod shared_kv;
 pub mod source;
 
 pub use causal_lm::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};
+pub use shared_kv::{LayerKv, SharedKv};
 pub use source::ModelSource;

@@ -15,8 +15,8 @@ pub enum ModelSource {
     /// A Gemma 4 assistant (MTP drafter): a checkpoint directory (`gemma4_assistant`) or a
     /// GGUF file of architecture `gemma4-assistant`.
     Gemma4Assistant { path: PathBuf },
-    /// A GGUF file of the Qwen2 family.
-    Gguf { path: PathBuf, architecture: String },
+    /// A GGUF file of the Qwen2 family (Qwen2, Qwen2.5, Qwen2.5-Coder), on the GGUF engine.
+    Qwen2 { path: PathBuf, architecture: String },
 }
 
 /// GGUF architectures the Qwen2 loader runs.
@@ -67,7 +67,7 @@ impl ModelSource {
                 crate::gemma4::gguf::ASSISTANT_ARCHITECTURE
             )));
         }
-        Ok(Self::Gguf {
+        Ok(Self::Qwen2 {
             path: path.to_path_buf(),
             architecture,
         })
@@ -95,16 +95,10 @@ impl ModelSource {
 
     pub fn path(&self) -> &Path {
         match self {
-            Self::Gemma4 { path } | Self::Gemma4Assistant { path } | Self::Gguf { path, .. } => {
+            Self::Gemma4 { path } | Self::Gemma4Assistant { path } | Self::Qwen2 { path, .. } => {
                 path
             }
         }
-    }
-
-    /// Whether the path is a GGUF file of the Qwen2 family (a Gemma 4 GGUF file is a
-    /// [`Self::Gemma4`]).
-    pub fn is_gguf(&self) -> bool {
-        matches!(self, Self::Gguf { .. })
     }
 }
 
@@ -146,7 +140,7 @@ mod tests {
     fn gguf_files_are_told_apart_by_architecture() {
         let qwen = gguf_with_architecture("qwen2");
         let source = ModelSource::detect(&qwen).unwrap();
-        assert!(source.is_gguf());
+        assert!(matches!(source, ModelSource::Qwen2 { .. }));
         assert_eq!(source.path(), qwen.as_path());
         let gemma4 = gguf_with_architecture("gemma4");
         assert_eq!(

@@ -201,7 +201,7 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
     if args.draft.is_none() && !args.no_draft {
         if let Some(path) = args.drafter.as_deref() {
             args.draft = Some(match detect(path, "drafter")? {
-                ModelSource::Gguf { .. } => EmbeddedDraft::DraftModel,
+                ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
                 ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
                 ModelSource::Gemma4 { .. } => bail!(
                     "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 \
@@ -212,7 +212,7 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
         }
     }
     match detect(&args.target, "target")? {
-        ModelSource::Gguf { .. } => run_gguf(args),
+        ModelSource::Qwen2 { .. } => run_gguf(args),
         ModelSource::Gemma4 { .. } => run_gemma4(args),
         ModelSource::Gemma4Assistant { path } => bail!(
             "--target {}: a Gemma 4 assistant (a drafter), not a target",

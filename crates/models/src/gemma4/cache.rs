@@ -9,49 +9,7 @@ use candle_core::Tensor;
 
 use super::config::{Gemma4TextConfig, LayerKind};
 use crate::error::{ModelError, Result};
-
-/// Rows of one layer: keys and values `[kv_heads, rows, head_dim]` for positions
-/// `start .. start + rows`.
-#[derive(Debug, Clone)]
-pub struct LayerKv {
-    pub keys: Tensor,
-    pub values: Tensor,
-    pub start: usize,
-}
-
-impl LayerKv {
-    pub fn rows(&self) -> usize {
-        self.keys.dims()[1]
-    }
-
-    pub fn end(&self) -> usize {
-        self.start + self.rows()
-    }
-
-    /// The rows of positions `from .. to`, which must be held.
-    pub fn range(&self, from: usize, to: usize) -> Result<LayerKv> {
-        if from < self.start || to > self.end() || from > to {
-            return Err(ModelError::Invalid(format!(
-                "positions {from}..{to} are not held (cache holds {}..{})",
-                self.start,
-                self.end()
-            )));
-        }
-        Ok(LayerKv {
-            keys: self.keys.narrow(1, from - self.start, to - from)?,
-            values: self.values.narrow(1, from - self.start, to - from)?,
-            start: from,
-        })
-    }
-}
-
-/// The K/V a drafter needs: the last full-attention and the last sliding layer that compute
-/// their own K/V (post-norm, post-RoPE).
-#[derive(Debug, Clone)]
-pub struct SharedKv {
-    pub full: LayerKv,
-    pub sliding: Option<LayerKv>,
-}
+use crate::shared_kv::LayerKv;
 
 #[derive(Debug, Clone)]
 pub struct SequenceCache {

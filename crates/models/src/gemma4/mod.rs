@@ -11,7 +11,8 @@ pub(crate) mod raw_config;
 pub(crate) mod rope;
 
 pub use crate::causal_lm::OutputRows;
-pub use cache::{LayerKv, SequenceCache, SharedKv};
+pub use crate::shared_kv::{LayerKv, SharedKv};
+pub use cache::SequenceCache;
 pub use config::{
     CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, MoeConfig, RopeConfig,
 };

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::cache::{SequenceCache, SharedKv};
+use super::cache::SequenceCache;
 use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
 use super::layer::{DecoderLayer, RowRope, RowSlot};
 use super::norm::RmsNorm;
@@ -16,6 +16,7 @@ use crate::embedding::EmbeddingTable;
 use crate::error::{ModelError, Result};
 use crate::linear::{exact_eligible, Linear};
 use crate::projection::{BestTwo, Projection};
+use crate::shared_kv::SharedKv;
 
 /// Rows a prompt is prefilled in at most, so one long prompt never runs as one huge forward.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;

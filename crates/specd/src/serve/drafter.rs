@@ -11,6 +11,7 @@ use specd_drafter::{
     serve, DraftEngine, DraftModelEngine, DrafterServerConfig, DrafterService, MtpEngine,
 };
 use specd_models::qwen2::GgufFile;
+use specd_models::ModelSource;
 
 use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
@@ -76,34 +77,51 @@ const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
 
 pub async fn run(args: DrafterArgs) -> Result<()> {
     let device = args.compute.device()?;
-    if crate::generate::detect(&args.drafter, "drafter")?.is_gguf() {
-        // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
-        let target_vocab = gguf_vocab_size(&args.target, "target")?;
-        let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
-        if vocab != target_vocab {
-            bail!(
+    match crate::generate::detect(&args.drafter, "drafter")? {
+        ModelSource::Qwen2 { .. } => {
+            // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
+            let target_vocab = gguf_vocab_size(&args.target, "target")?;
+            let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
+            if vocab != target_vocab {
+                bail!(
                 "drafter {}: its vocabulary has {vocab} tokens, the target {} has {target_vocab}; \
                  a draft model must share the target's vocabulary",
                 args.drafter.display(),
                 args.target.display()
             );
+            }
+            let engine =
+                DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
+                    .with_context(|| {
+                        format!("loading the drafter from {}", args.drafter.display())
+                    })?
+                    .with_draft_vocab(args.draft_vocab)
+                    .with_prefix_cache(args.prefix_cache_bytes);
+            serve_engine(engine, &args).await
         }
-        let engine = DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
-            .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?
-            .with_draft_vocab(args.draft_vocab)
-            .with_prefix_cache(args.prefix_cache_bytes);
-        serve_engine(engine, &args).await
-    } else {
-        let engine = MtpEngine::load(&args.drafter, &args.target, args.compute.dtype(), &device)
-            .with_context(|| format!("loading the drafter from {}", args.drafter.display()))?;
-        serve_engine(engine, &args).await
+        ModelSource::Gemma4Assistant { .. } => {
+            let engine =
+                MtpEngine::load(&args.drafter, &args.target, args.compute.dtype(), &device)
+                    .with_context(|| {
+                        format!("loading the drafter from {}", args.drafter.display())
+                    })?;
+            serve_engine(engine, &args).await
+        }
+        ModelSource::Gemma4 { path } => bail!(
+            "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 assistant or a \
+             GGUF draft model)",
+            path.display()
+        ),
     }
 }
 
 /// The vocabulary size of a GGUF model (`role` names it in errors): the rows of its token
 /// embedding table.
 fn gguf_vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
-    if !crate::generate::detect(path, role)?.is_gguf() {
+    if !matches!(
+        crate::generate::detect(path, role)?,
+        ModelSource::Qwen2 { .. }
+    ) {
         bail!(
             "{role} {}: a GGUF draft model needs the target's GGUF file",
             path.display()

@@ -70,7 +70,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
     };
     let draft = drafter_kind(&args)?;
     let engine = match detect(&target, "target")? {
-        ModelSource::Gguf { .. } => qwen2_engine(&args, &target, draft)?,
+        ModelSource::Qwen2 { .. } => qwen2_engine(&args, &target, draft)?,
         ModelSource::Gemma4 { .. } => gemma4_engine(&args, &target, draft)?,
         ModelSource::Gemma4Assistant { path } => bail!(
             "--target {}: a Gemma 4 assistant (a drafter), not a target",
@@ -94,7 +94,7 @@ fn drafter_kind(args: &OneProcessArgs) -> Result<Option<EmbeddedDraft>> {
         ),
         (Some(kind), _) => Some(kind),
         (None, Some(path)) => Some(match detect(path, "drafter")? {
-            ModelSource::Gguf { .. } => EmbeddedDraft::DraftModel,
+            ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
             ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
             ModelSource::Gemma4 { .. } => bail!(
                 "--drafter {}: a Gemma 4 target checkpoint, not a drafter",

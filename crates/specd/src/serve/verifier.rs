@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use specd_models::ModelSource;
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
 use specd_verifier::{
     BatchConfig, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits,
@@ -108,15 +109,23 @@ impl SequenceArgs {
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
     let device = args.compute.device()?;
-    if crate::generate::detect(&args.target, "target")?.is_gguf() {
-        let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
-        let target = Qwen2Target::load(&args.target, &device, eos)
-            .with_context(|| format!("loading the target from {}", args.target.display()))?;
-        serve_target(target, &args).await
-    } else {
-        let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
-            .with_context(|| format!("loading the target from {}", args.target.display()))?;
-        serve_target(target, &args).await
+    // Every family is named: one the registry adds must be given its loader here.
+    match crate::generate::detect(&args.target, "target")? {
+        ModelSource::Qwen2 { .. } => {
+            let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
+            let target = Qwen2Target::load(&args.target, &device, eos)
+                .with_context(|| format!("loading the target from {}", args.target.display()))?;
+            serve_target(target, &args).await
+        }
+        ModelSource::Gemma4 { .. } => {
+            let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
+                .with_context(|| format!("loading the target from {}", args.target.display()))?;
+            serve_target(target, &args).await
+        }
+        ModelSource::Gemma4Assistant { path } => bail!(
+            "--target {}: a Gemma 4 assistant (a drafter), not a target",
+            path.display()
+        ),
     }
 }
 

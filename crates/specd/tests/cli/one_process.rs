@@ -170,6 +170,35 @@ fn serve_without_a_target_or_service_says_what_is_missing() {
     assert!(stderr.contains("--target"), "{stderr}");
 }
 
+/// Each service names the model families it takes: a checkpoint of another role is refused
+/// naming what it is, before anything is loaded or bound.
+#[test]
+fn services_refuse_a_checkpoint_of_the_wrong_role() {
+    let serve = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_specd"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let assistant = fixture("assistant-dense");
+    let target = fixture("target-full");
+    let (assistant, target) = (assistant.to_str().unwrap(), target.to_str().unwrap());
+    let stderr = serve(&["verifier", "--target", assistant]);
+    assert!(
+        stderr.contains("a Gemma 4 assistant (a drafter), not a target"),
+        "{stderr}"
+    );
+    let stderr = serve(&["drafter", "--drafter", target, "--target", target]);
+    assert!(
+        stderr.contains("a Gemma 4 target checkpoint, not a drafter"),
+        "{stderr}"
+    );
+}
+
 fn get(addr: &str, path: &str) -> (u16, Value) {
     use std::io::{Read, Write};
     let mut socket = std::net::TcpStream::connect(addr).unwrap();
