@@ -11,7 +11,7 @@ use specd_wire::drafter::{DrafterClient, DrafterKind, DrafterStatsRequest};
 use specd_wire::limits::WithMessageLimits;
 use specd_wire::placement::Placement;
 use tonic::transport::Channel;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::affinity::PrefixAffinity;
 use crate::carry::WireCarry;
@@ -307,13 +307,7 @@ impl DrafterPool {
     /// Leaves `endpoint` out of picks for the backoff period, and asks it again what it is
     /// afterwards (it may come back as a different drafter).
     pub fn failed(&self, endpoint: &DrafterEndpoint) {
-        let url = endpoint.member.url();
-        if endpoint.member.note_failure() {
-            warn!(%url, backoff = ?self.backoff, "drafter failed; avoiding it");
-        } else {
-            debug!(%url, backoff = ?self.backoff, "drafter still failing; avoiding it");
-        }
-        endpoint.member.avoid_for(self.backoff);
+        endpoint.member.fail(self.backoff, "drafter");
         *lock(&endpoint.info) = None;
     }
 
@@ -389,28 +383,22 @@ impl DrafterEndpoint {
         let url = self.member.url();
         let stats = match stats {
             Ok(Ok(stats)) => stats.into_inner(),
-            // The caller counts the failure (`failed`); a drafter already known to be down
-            // is not logged again at every retry.
-            Ok(Err(status)) if self.member.failing() => {
-                debug!(%url, %status, "drafter stats failed again");
-                return None;
-            }
-            Ok(Err(status)) => {
-                warn!(%url, %status, "drafter stats failed");
-                return None;
-            }
-            Err(_) if self.member.failing() => {
-                debug!(%url, "drafter stats timed out again");
-                return None;
-            }
-            Err(_) => {
-                warn!(%url, "drafter stats timed out");
+            failure => {
+                let why = match failure {
+                    Ok(Err(status)) => status.to_string(),
+                    _ => "timed out".to_owned(),
+                };
+                // The caller counts the failure (`failed`); a drafter already known to be
+                // down is not logged again at every retry.
+                if self.member.failing() {
+                    debug!(%url, %why, "drafter stats failed again");
+                } else {
+                    warn!(%url, %why, "drafter stats failed");
+                }
                 return None;
             }
         };
-        if self.member.note_answer() {
-            info!(%url, "drafter answers again; taking sessions");
-        }
+        self.member.answered("drafter");
         let kind = stats.kind();
         if kind == DrafterKind::Unspecified {
             warn!(url = %self.member.url(), "drafter reports no kind; not used");

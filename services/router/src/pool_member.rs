@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use specd_core::sync::lock;
 use tonic::transport::Channel;
+use tracing::{debug, info, warn};
 
 use crate::upstream::Upstream;
 
@@ -59,19 +60,28 @@ impl<C: Clone> PoolMember<C> {
         lock(&self.avoid_until).is_some_and(|until| now < until)
     }
 
+    /// A failure: out of picks for `backoff` from now. `what` (`drafter`, `verifier`) names
+    /// it in the log: the first failure of an outage is a warning, the retries that fail
+    /// while it stays down are logged at debug.
+    pub fn fail(&self, backoff: Duration, what: &'static str) {
+        if self.note_failure() {
+            warn!(url = %self.url, ?backoff, "{what} failed; avoiding it");
+        } else {
+            debug!(url = %self.url, ?backoff, "{what} still failing; avoiding it");
+        }
+        self.avoid_for(backoff);
+    }
+
     /// Keeps it out of picks for `backoff` from now.
     pub fn avoid_for(&self, backoff: Duration) {
         *lock(&self.avoid_until) = Some(Instant::now() + backoff);
     }
 
-    /// Records a failure; true for the first since it last answered (the one to log).
-    pub fn note_failure(&self) -> bool {
-        !self.failing.swap(true, Ordering::Relaxed)
-    }
-
-    /// Records an answer; true when it had been failing (the recovery to log).
-    pub fn note_answer(&self) -> bool {
-        self.failing.swap(false, Ordering::Relaxed)
+    /// Records an answer; the one that ends an outage is logged.
+    pub fn answered(&self, what: &'static str) {
+        if self.note_answer() {
+            info!(url = %self.url, "{what} answers again; taking work");
+        }
     }
 
     /// Whether it failed since it last answered.
@@ -79,9 +89,14 @@ impl<C: Clone> PoolMember<C> {
         self.failing.load(Ordering::Relaxed)
     }
 
-    /// Ends a backoff that has run out; true when there was one.
-    pub fn recovered(&self) -> bool {
-        lock(&self.avoid_until).take().is_some()
+    /// Records a failure; true for the first since it last answered (the one to log).
+    fn note_failure(&self) -> bool {
+        !self.failing.swap(true, Ordering::Relaxed)
+    }
+
+    /// Records an answer; true when it had been failing (the recovery to log).
+    fn note_answer(&self) -> bool {
+        self.failing.swap(false, Ordering::Relaxed)
     }
 }
 

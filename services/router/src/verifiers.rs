@@ -12,7 +12,7 @@ use specd_wire::placement::Placement;
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest, VerifierStatsResponse};
 use tokio::sync::watch;
 use tonic::transport::Channel;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
 use crate::affinity::PrefixAffinity;
 use crate::config::TargetLimits;
@@ -325,13 +325,8 @@ impl VerifierPool {
 
     /// Leaves `replica` out until it has backed off and answers Stats again.
     pub fn failed(&self, replica: &Replica) {
-        if replica.member.note_failure() {
-            warn!(url = %replica.url(), backoff = ?self.backoff, "verifier failed; avoiding it");
-        } else {
-            debug!(url = %replica.url(), backoff = ?self.backoff, "verifier still failing; avoiding it");
-        }
+        replica.member.fail(self.backoff, "verifier");
         self.affinity.forget(replica.url());
-        replica.member.avoid_for(self.backoff);
         *lock(&replica.load) = None;
         self.update_reachable();
     }
@@ -394,10 +389,7 @@ impl VerifierPool {
         if replica.member.backing_off(now) {
             return;
         }
-        replica.member.recovered();
-        if replica.member.note_answer() {
-            info!(url = %replica.url(), "verifier answers again; taking requests");
-        }
+        replica.member.answered("verifier");
         *lock(&replica.load) = Some(load);
     }
 
