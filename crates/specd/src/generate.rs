@@ -195,29 +195,44 @@ pub fn detect(path: &std::path::Path, role: &str) -> Result<ModelSource> {
     ModelSource::detect(path).with_context(|| format!("loading the {role} from {}", path.display()))
 }
 
+/// The kind of drafter a checkpoint is: a Gemma 4 assistant (directory or GGUF file) drafts
+/// by MTP, a Qwen2-family GGUF file is a draft model; a target checkpoint is refused.
+pub fn drafter_kind_of(path: &std::path::Path) -> Result<EmbeddedDraft> {
+    Ok(match detect(path, "drafter")? {
+        ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
+        ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
+        ModelSource::Gemma4 { path } => return Err(not_a_drafter(&path)),
+    })
+}
+
+/// A drafter checkpoint given as `--target`.
+pub fn not_a_target(path: &std::path::Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--target {}: a Gemma 4 assistant (a drafter), not a target",
+        path.display()
+    )
+}
+
+/// A target checkpoint given as `--drafter`.
+pub fn not_a_drafter(path: &std::path::Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 assistant or a \
+         GGUF draft model)",
+        path.display()
+    )
+}
+
 pub fn run(mut args: GenerateArgs) -> Result<()> {
-    // A drafter without --draft picks its kind from the checkpoint: a Gemma 4 assistant
-    // (directory or GGUF file) is an MTP drafter, any other GGUF file a draft model.
+    // A drafter without --draft picks its kind from the checkpoint.
     if args.draft.is_none() && !args.no_draft {
         if let Some(path) = args.drafter.as_deref() {
-            args.draft = Some(match detect(path, "drafter")? {
-                ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
-                ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
-                ModelSource::Gemma4 { .. } => bail!(
-                    "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 \
-                     assistant or a GGUF draft model)",
-                    path.display()
-                ),
-            });
+            args.draft = Some(drafter_kind_of(path)?);
         }
     }
     match detect(&args.target, "target")? {
         ModelSource::Qwen2 { .. } => run_gguf(args),
         ModelSource::Gemma4 { .. } => run_gemma4(args),
-        ModelSource::Gemma4Assistant { path } => bail!(
-            "--target {}: a Gemma 4 assistant (a drafter), not a target",
-            path.display()
-        ),
+        ModelSource::Gemma4Assistant { path } => Err(not_a_target(&path)),
     }
 }
 
@@ -342,116 +357,107 @@ impl<T: TargetModel> Generation<'_, T> {
         }
     }
 
+    /// One generation with `drafter` (`None`: plain decoding), printed as it streams or as
+    /// JSON.
     fn run<D>(&self, prompt_ids: Vec<u32>, drafter: Option<&D>) -> Result<()>
     where
         D: Drafter<Carry = TargetCarry>,
     {
-        generate_with(
-            self.args,
-            self.verifier,
-            prompt_ids,
-            self.detokenizer,
-            self.has_text,
-            self.text_eos_ids,
-            drafter,
-        )
-    }
-}
-
-fn generate_with<T: TargetModel, D: Drafter<Carry = TargetCarry>>(
-    args: &GenerateArgs,
-    verifier: &LocalVerifier<T>,
-    prompt_ids: Vec<u32>,
-    detokenizer: &dyn Detokenizer,
-    has_text: bool,
-    text_eos_ids: &[u32],
-    drafter: Option<&D>,
-) -> Result<()> {
-    let block_size = match drafter {
-        None => {
-            if !args.no_draft {
-                tracing::info!("no drafter given: decoding with the target alone");
+        let Generation {
+            args,
+            verifier,
+            detokenizer,
+            has_text,
+            text_eos_ids,
+        } = *self;
+        let block_size = match drafter {
+            None => {
+                if !args.no_draft {
+                    tracing::info!("no drafter given: decoding with the target alone");
+                }
+                BlockSizeConfig::PLAIN
             }
-            BlockSizeConfig::PLAIN
+            _ => match args.block_size {
+                Some(size) => BlockSizeConfig::fixed(size as usize),
+                None => BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation),
+            },
+        };
+        let mut eos_token_ids = verifier.target().eos_token_ids();
+        for &id in text_eos_ids {
+            if !eos_token_ids.contains(&id) {
+                eos_token_ids.push(id);
+            }
         }
-        _ => match args.block_size {
-            Some(size) => BlockSizeConfig::fixed(size as usize),
-            None => BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation),
-        },
-    };
-    let mut eos_token_ids = verifier.target().eos_token_ids();
-    for &id in text_eos_ids {
-        if !eos_token_ids.contains(&id) {
-            eos_token_ids.push(id);
+        let request = GenerationRequest {
+            seq: SeqId(1),
+            session: SessionId(1),
+            prompt_ids,
+            sampling: SamplingParams {
+                temperature: args.temperature,
+                top_p: args.top_p,
+                top_k: args.top_k,
+                seed: args.seed,
+            },
+            stop: StopConditions {
+                max_tokens: args.max_tokens,
+                eos_token_ids,
+                ignore_eos: args.ignore_eos,
+                stop_token_ids: Vec::new(),
+                stop_strings: args.stop.clone(),
+            },
+            block_size,
+            cache_scope: Default::default(),
+            forced_drafts: 0,
+            rules: Default::default(),
+            top_logprobs: None,
+        };
+        let mut sink = PrintSink {
+            stream: !args.json,
+            tokens: Vec::new(),
+            text: String::new(),
+            finish: None,
+            first_at: None,
+            last_at: None,
+        };
+        // A speculative run ends with its speed-up over plain decoding, estimated from a few
+        // plain steps timed on the finished sequence.
+        let probed = ProbedVerifier::new(verifier, drafter.is_some());
+        let verifier = &probed;
+        let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+        let control = RequestControl::default();
+        let finish = match drafter {
+            Some(drafter) => runtime.block_on(
+                RoundLoop::new(verifier, Some(drafter), detokenizer)
+                    .run(request, &mut sink, &control),
+            ),
+            None => runtime.block_on(
+                RoundLoop::plain(verifier, detokenizer).run(request, &mut sink, &control),
+            ),
         }
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let speed = sink.speed(probed.plain_step());
+        if args.json {
+            let mut out = json!({
+                "tokens": sink.tokens,
+                "finish_reason": finish.reason.as_str(),
+                "stats": stats_json(&finish.stats),
+                "speed": speed.json(),
+            });
+            if has_text {
+                out["text"] = json!(sink.text);
+            }
+            println!("{out}");
+        } else {
+            println!();
+            if let Some(line) = finish.stats.format() {
+                eprintln!("{line}");
+            }
+            if let Some(line) = speed.line() {
+                eprintln!("{line}");
+            }
+        }
+        Ok(())
     }
-    let request = GenerationRequest {
-        seq: SeqId(1),
-        session: SessionId(1),
-        prompt_ids,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_p: args.top_p,
-            top_k: args.top_k,
-            seed: args.seed,
-        },
-        stop: StopConditions {
-            max_tokens: args.max_tokens,
-            eos_token_ids,
-            ignore_eos: args.ignore_eos,
-            stop_token_ids: Vec::new(),
-            stop_strings: args.stop.clone(),
-        },
-        block_size,
-        cache_scope: Default::default(),
-        forced_drafts: 0,
-        rules: Default::default(),
-        top_logprobs: None,
-    };
-    let mut sink = PrintSink {
-        stream: !args.json,
-        tokens: Vec::new(),
-        text: String::new(),
-        finish: None,
-        first_at: None,
-        last_at: None,
-    };
-    // A speculative run ends with its speed-up over plain decoding, estimated from a few
-    // plain steps timed on the finished sequence.
-    let probed = ProbedVerifier::new(verifier, drafter.is_some());
-    let verifier = &probed;
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    let control = RequestControl::default();
-    let finish = match drafter {
-        Some(drafter) => runtime.block_on(
-            RoundLoop::new(verifier, Some(drafter), detokenizer).run(request, &mut sink, &control),
-        ),
-        None => runtime
-            .block_on(RoundLoop::plain(verifier, detokenizer).run(request, &mut sink, &control)),
-    }
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let speed = sink.speed(probed.plain_step());
-    if args.json {
-        let mut out = json!({
-            "tokens": sink.tokens,
-            "finish_reason": finish.reason.as_str(),
-            "stats": stats_json(&finish.stats),
-            "speed": speed.json(),
-        });
-        if has_text {
-            out["text"] = json!(sink.text);
-        }
-        println!("{out}");
-    } else {
-        println!();
-        if let Some(line) = finish.stats.format() {
-            eprintln!("{line}");
-        }
-        if let Some(line) = speed.line() {
-            eprintln!("{line}");
-        }
-    }
-    Ok(())
 }
 
 /// The text side of a Gemma 4 target, `None` without a tokenizer. A GGUF file carries its

@@ -107,11 +107,7 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
                     })?;
             serve_engine(engine, &args).await
         }
-        ModelSource::Gemma4 { path } => bail!(
-            "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 assistant or a \
-             GGUF draft model)",
-            path.display()
-        ),
+        ModelSource::Gemma4 { path } => Err(crate::generate::not_a_drafter(&path)),
     }
 }
 

@@ -23,7 +23,7 @@ use super::router::{serve_api, ApiArgs};
 use super::verifier::{dir_name, SequenceArgs};
 use super::{LimitArgs, TelemetryArgs};
 use crate::device::ComputeArgs;
-use crate::generate::{detect, EmbeddedDraft};
+use crate::generate::{detect, drafter_kind_of, not_a_target, EmbeddedDraft};
 use crate::{embedded_draft_model, embedded_mtp};
 
 #[derive(Args, Debug)]
@@ -72,10 +72,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
     let engine = match detect(&target, "target")? {
         ModelSource::Qwen2 { .. } => qwen2_engine(&args, &target, draft)?,
         ModelSource::Gemma4 { .. } => gemma4_engine(&args, &target, draft)?,
-        ModelSource::Gemma4Assistant { path } => bail!(
-            "--target {}: a Gemma 4 assistant (a drafter), not a target",
-            path.display()
-        ),
+        ModelSource::Gemma4Assistant { path } => return Err(not_a_target(&path)),
     };
     let text = target_text(&target);
     let config = args
@@ -93,14 +90,7 @@ fn drafter_kind(args: &OneProcessArgs) -> Result<Option<EmbeddedDraft>> {
             path.display()
         ),
         (Some(kind), _) => Some(kind),
-        (None, Some(path)) => Some(match detect(path, "drafter")? {
-            ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
-            ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
-            ModelSource::Gemma4 { .. } => bail!(
-                "--drafter {}: a Gemma 4 target checkpoint, not a drafter",
-                path.display()
-            ),
-        }),
+        (None, Some(path)) => Some(drafter_kind_of(path)?),
         (None, None) => None,
     })
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use specd_models::ModelSource;
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
@@ -122,10 +122,7 @@ pub async fn run(args: VerifierArgs) -> Result<()> {
                 .with_context(|| format!("loading the target from {}", args.target.display()))?;
             serve_target(target, &args).await
         }
-        ModelSource::Gemma4Assistant { path } => bail!(
-            "--target {}: a Gemma 4 assistant (a drafter), not a target",
-            path.display()
-        ),
+        ModelSource::Gemma4Assistant { path } => Err(crate::generate::not_a_target(&path)),
     }
 }
 
