@@ -16,7 +16,6 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -82,6 +81,18 @@ def check(name: str, ok: bool, detail: str = "") -> None:
     if not ok:
         raise CheckFailed(f"{name}: {detail}" if detail else name)
     print(f"  ok  {name}" + (f" ({detail})" if detail else ""), flush=True)
+
+
+def check_same(name: str, answer: dict, want: dict) -> None:
+    """A streamed answer must be the reference's: the same text and finish reason."""
+    same = answer["text"] == want["text"] and answer["finish_reason"] == want["finish_reason"]
+    check(
+        name,
+        same,
+        f"{len(answer['text'])} characters in {answer['chunks']} chunks"
+        if same
+        else f"got {answer['text']!r}, want {want['text']!r}",
+    )
 
 
 def use_model(models: list[str]) -> None:
@@ -227,14 +238,7 @@ def served(args) -> int:
     for name in ("greedy", "seeded"):
         answer = stream(client, CASES[name])
         want = reference["answers"][name]
-        same = answer["text"] == want["text"] and answer["finish_reason"] == want["finish_reason"]
-        check(
-            f"streamed chat ({name}) equals the one-process plain answer",
-            same,
-            f"{len(answer['text'])} characters in {answer['chunks']} chunks"
-            if same
-            else f"got {answer['text']!r}, want {want['text']!r}",
-        )
+        check_same(f"streamed chat ({name}) equals the one-process plain answer", answer, want)
 
     # Both drafters serve; Prometheus scrapes every service.
     running = drafter_containers(args.project)
@@ -313,7 +317,6 @@ def kill_drafter_mid_stream(args, client: OpenAI, want: dict) -> None:
     running = drafter_containers(args.project)
     router_before = metrics("http://127.0.0.1:9090/metrics")
     killed: list[str] = []
-    lock = threading.Lock()
 
     def on_chunk(n: int) -> None:
         if n != 12:
@@ -323,20 +326,12 @@ def kill_drafter_mid_stream(args, client: OpenAI, want: dict) -> None:
             values = drafter_metrics(slot) or {}
             if metric_sum(values, "specd_drafter_sessions") > 0:
                 subprocess.run(["docker", "kill", container], check=True, capture_output=True)
-                with lock:
-                    killed.append(slot)
+                killed.append(slot)
                 return
 
     answer = stream(client, CASES["long"], on_chunk)
     check("a drafter was killed mid-stream", len(killed) == 1, f"killed the one on {killed}")
-    same = answer["text"] == want["text"] and answer["finish_reason"] == want["finish_reason"]
-    check(
-        "the stream survives the kill and equals the one-process plain answer",
-        same,
-        f"{len(answer['text'])} characters in {answer['chunks']} chunks"
-        if same
-        else f"got {answer['text']!r}, want {want['text']!r}",
-    )
+    check_same("the stream survives the kill and equals the one-process plain answer", answer, want)
     router_after = metrics("http://127.0.0.1:9090/metrics")
     moved = {
         series: value - router_before.get(series, 0)

@@ -125,6 +125,11 @@ def flag_values(args: list[str]) -> dict[str, str]:
     return flags
 
 
+def command_flags(service: dict) -> dict[str, str]:
+    """A compose service's command flags, each ${VAR:-default} at its default."""
+    return flag_values([compose_default(str(arg)) for arg in service.get("command", [])])
+
+
 def check_health_command(at: str, command: list[str], grpc_port: int, mutual: bool, readable, p: Problems):
     """A `specd health` probe of a TLS port: https to the port, the CA to check the server
     with, and a client certificate where the port requires one (mutual TLS). readable(path)
@@ -323,7 +328,7 @@ def check_compose(deploy: Path, compose: dict, p: Problems):
     for name, service in specd.items():
         at = f"{where}: {name}"
         role = service["command"][1]
-        flags = flag_values([compose_default(arg) for arg in service["command"]])
+        flags = command_flags(service)
         listen_port = host_port(flags.get("--listen", ""))[1]
         env = compose_env(service)
         mounts = compose_mounts(service)
@@ -363,7 +368,7 @@ def check_compose(deploy: Path, compose: dict, p: Problems):
                 peer = specd.get(host)
                 if peer is None:
                     p.add(at, f"{flag} {flags[flag]}: no specd service {host!r}")
-                elif host_port(flag_values([compose_default(a) for a in peer["command"]]).get("--listen", ""))[1] != port:
+                elif host_port(command_flags(peer).get("--listen", ""))[1] != port:
                     p.add(at, f"{flag} {flags[flag]}: {host} listens on another port")
         if service["command"][1] == "drafter" and "ports" in service:
             p.add(at, "a scaled drafter cannot publish fixed host ports")
@@ -866,14 +871,14 @@ def check_host_override(deploy: Path, compose: dict, p: Problems):
         t for job in prometheus.get("scrape_configs", []) for static in job.get("static_configs", [])
         for t in static.get("targets", [])
     }
-    drafter_metrics = host_port(flag_values([compose_default(a) for a in base["drafter"]["command"]])["--metrics-listen"])[1]
+    drafter_metrics = host_port(command_flags(base["drafter"])["--metrics-listen"])[1]
     for slot in slots:
         if f"{slot}:{drafter_metrics}" not in scraped:
             p.add("prometheus.host.yml", f"does not scrape the drafter slot {slot}:{drafter_metrics}")
     for name in specd:
         if name == "drafter":
             continue
-        flags = flag_values([compose_default(a) for a in base[name]["command"]])
+        flags = command_flags(base[name])
         target = f"{name}:{host_port(flags['--metrics-listen'])[1]}"
         if target not in scraped:
             p.add("prometheus.host.yml", f"does not scrape {target}")
