@@ -10,6 +10,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use specd_core::SamplingParams;
 use specd_models::qwen2::Qwen2Model;
+use specd_models::SeqBlock;
 use specd_verifier::{block_tokens, HeadRows, TargetModel};
 
 /// Median step times, and the costs relative to one target decode step.
@@ -99,7 +100,7 @@ pub fn measure_target<T: TargetModel>(
         for width in 1..=max_width {
             let tokens: Vec<u32> = context.iter().copied().cycle().take(width).collect();
             let start = Instant::now();
-            let hidden = target.forward_blocks(&mut [(&mut cache, &tokens)])?;
+            let hidden = target.forward_blocks(&mut [SeqBlock::chain(&mut cache, &tokens)])?;
             let rows = hidden
                 .first()
                 .ok_or_else(|| anyhow::anyhow!("the target returned no hidden states"))?;
@@ -109,6 +110,7 @@ pub fn measure_target<T: TargetModel>(
                     hidden: rows,
                     sampling: &greedy,
                     output_index_base: 0,
+                    depths: &[],
                     shaping: Default::default(),
                 },
             )?;

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use crate::ids::SessionId;
 use crate::prefix_cache::CacheScope;
 use crate::sampling::SamplingParams;
+use crate::tree::DraftTree;
 
 /// Open a drafter session for a freshly prefilled sequence.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +46,9 @@ pub struct DraftRequest<C> {
     pub output_index_base: u64,
     /// Drafts wanted (`bs - 1`). Fewer is allowed (a plain round if none); more is an error.
     pub count: usize,
+    /// Drafts a tree may add beside the `count` deepest ones (0: a chain); see
+    /// [`Drafter::draft_tree`].
+    pub tree_nodes: usize,
 }
 
 /// The drafter side: per-session state that turns the bonus into draft tokens.
@@ -68,6 +72,17 @@ pub trait Drafter: Send + Sync {
         &self,
         request: DraftRequest<Self::Carry>,
     ) -> impl Future<Output = Result<Vec<u32>, Self::Error>> + Send;
+
+    /// [`Self::draft`] as a tree of at most `count` levels and `count + tree_nodes` drafts
+    /// (the drafter's likeliest alternatives beside its first choices). A drafter that does
+    /// not branch drafts a chain.
+    fn draft_tree(
+        &self,
+        request: DraftRequest<Self::Carry>,
+    ) -> impl Future<Output = Result<DraftTree, Self::Error>> + Send {
+        let draft = self.draft(request);
+        async move { draft.await.map(DraftTree::chain) }
+    }
 
     /// Frees the session.
     fn close(&self, session: SessionId) -> impl Future<Output = Result<(), Self::Error>> + Send;

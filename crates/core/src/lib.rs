@@ -30,6 +30,7 @@ pub mod sampling;
 pub mod stats;
 pub mod stop;
 pub mod sync;
+pub mod tree;
 pub mod verifier;
 
 pub use acceptance::{accept_drafts, accept_with_targets, Accepted};
@@ -52,4 +53,5 @@ pub use round_loop::{
 pub use sampling::{sample, LogitRules, SamplingParams, TokenLogprob, TokenMask};
 pub use stats::SpecStats;
 pub use stop::{Detokenizer, StopConditions};
+pub use tree::{accept_tree, DraftTree};
 pub use verifier::{ForwardCost, PrefillRequest, Prefilled, Verified, Verifier, VerifyRequest};

@@ -29,6 +29,11 @@ pub struct SpecStats {
     pub forced_drafted: u64,
     /// Of the forced drafts, those the target accepted.
     pub forced_accepted: u64,
+    /// Rounds that verified a token tree rather than a chain.
+    pub tree_rounds: u64,
+    /// Drafts verified on a tree's branches beside its deepest path (counted in `drafted`
+    /// too; the per-position counts follow depth).
+    pub tree_branch_drafts: u64,
 }
 
 impl SpecStats {

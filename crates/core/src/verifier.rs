@@ -65,6 +65,9 @@ pub struct VerifyRequest {
     pub want_carry: bool,
     /// The tokens a constraint allows at each row (one per token); empty: unconstrained.
     pub masks: Vec<TokenMask>,
+    /// The tree the drafts form (see [`crate::tree`]: draft `j`'s parent slot); empty: a
+    /// chain. A tree's slot samples at `output_index_base` plus its depth.
+    pub parents: Vec<u32>,
 }
 
 impl VerifyRequest {

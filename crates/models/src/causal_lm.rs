@@ -23,6 +23,22 @@ pub enum OutputRows {
 pub struct SeqBlock<'a, C> {
     pub cache: &'a mut C,
     pub tokens: &'a [u32],
+    /// The tree whose last nodes the tokens are (see [`crate::tree`]): its
+    /// `parents.len() + 1` nodes end where the tokens do, the earlier ones already in the
+    /// cache from earlier forwards of the tree. Empty: a chain, each token after the one
+    /// before it.
+    pub parents: &'a [u32],
+}
+
+impl<'a, C> SeqBlock<'a, C> {
+    /// A chain of tokens after what `cache` holds.
+    pub fn chain(cache: &'a mut C, tokens: &'a [u32]) -> Self {
+        Self {
+            cache,
+            tokens,
+            parents: &[],
+        }
+    }
 }
 
 /// Which prefix of one of a family's caches a new sequence may start from, so that it
@@ -92,6 +108,19 @@ pub trait CausalLm: Send + Sync + 'static {
     }
     /// Keeps the first `len` positions of the cache.
     fn truncate(&self, cache: &mut Self::Cache, len: usize) -> Result<()>;
+    /// Whether [`Self::forward`] takes blocks that form trees (non-empty `parents`), each
+    /// node computed bit for bit as its path run token by token.
+    fn supports_trees(&self) -> bool {
+        false
+    }
+    /// After a tree block run at position `start`, keeps the nodes of `path` (root first,
+    /// each the parent of the next) as positions `start..start + path.len()` and drops the
+    /// rest, so the cache is as if the path alone had run.
+    fn keep_path(&self, _cache: &mut Self::Cache, _start: usize, _path: &[usize]) -> Result<()> {
+        Err(crate::error::ModelError::Unsupported(
+            "token trees on this model".into(),
+        ))
+    }
     /// Makes `target` hold the first `len` positions of `source`, given that its first
     /// `shared` positions already equal `source`'s: a branch of a sequence at the cost of
     /// the positions it does not share. `Ok(false)` where the family's caches cannot be

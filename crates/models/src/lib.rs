@@ -20,6 +20,7 @@ pub mod projection;
 pub mod qwen2;
 pub mod shared_kv;
 pub mod source;
+pub mod tree;
 
 pub use causal_lm::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};

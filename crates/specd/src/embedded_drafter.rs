@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use specd_core::sync::lock;
-use specd_core::{DraftRequest, Drafter, OpenRequest, SessionId};
+use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
 use specd_drafter::{DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource};
 use specd_verifier::TargetCarry;
 
@@ -91,7 +91,9 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         Ok(())
     }
 
-    fn draft_now(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
+    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts where the
+    /// request allows one.
+    fn draft_now(&self, request: DraftRequest<TargetCarry>) -> Result<DraftTree, EngineError> {
         let carries = self.engine.carries_of(&request)?;
         let entry = self
             .sessions
@@ -113,16 +115,17 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
                 ),
             ));
         }
-        self.engine.draft(
-            session,
-            DraftStep {
-                bonus: request.bonus,
-                position: held - 1,
-                count: request.count,
-                output_index_base: request.output_index_base,
-                branches: 0,
-            },
-        )
+        let step = DraftStep {
+            bonus: request.bonus,
+            position: held - 1,
+            count: request.count,
+            output_index_base: request.output_index_base,
+            branches: 0,
+        };
+        match request.tree_nodes {
+            0 => self.engine.draft(session, step).map(DraftTree::chain),
+            nodes => self.engine.draft_tree(session, step, nodes),
+        }
     }
 }
 
@@ -135,6 +138,17 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
     }
 
     async fn draft(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, EngineError> {
+        let request = DraftRequest {
+            tree_nodes: 0,
+            ..request
+        };
+        self.compute(|| self.draft_now(request).map(|tree| tree.tokens))
+    }
+
+    async fn draft_tree(
+        &self,
+        request: DraftRequest<TargetCarry>,
+    ) -> Result<DraftTree, EngineError> {
         self.compute(|| self.draft_now(request))
     }
 

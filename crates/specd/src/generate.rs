@@ -17,6 +17,7 @@ use specd_core::{
 use specd_models::ModelSource;
 use specd_verifier::{
     Gemma4Target, LocalVerifier, Qwen2Target, TargetCarry, TargetModel, VerifierLimits,
+    MAX_ROLLBACK,
 };
 
 use crate::device::ComputeArgs;
@@ -88,6 +89,13 @@ pub struct GenerateArgs {
     /// Without --block-size: always verify blocks of 4, even while drafting does not pay.
     #[arg(long)]
     pub no_auto_speculation: bool,
+    /// Drafts a round may verify beside its chain, as a token tree grown from a GGUF draft
+    /// model's first and second choices where it is unsure (0: chains only). Each request
+    /// measures whether trees or chains cost less per token and uses the cheaper. Trees run
+    /// on the CPU engine's Qwen2 targets, for requests without penalties, bias, min-p or
+    /// log probabilities.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=8))]
+    pub tree_nodes: u64,
     /// A GGUF draft model proposes only token ids below this (its LM head reads only their
     /// rows); 0: the whole vocabulary.
     #[arg(long, default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
@@ -171,6 +179,8 @@ fn stats_json(stats: &SpecStats) -> serde_json::Value {
         "mean_accepted_tokens_per_round": stats.accepted_tokens_per_round(),
         "speculation_off_rounds": stats.speculation_off_rounds,
         "speculation_switches": stats.speculation_switches,
+        "tree_rounds": stats.tree_rounds,
+        "tree_branch_drafts": stats.tree_branch_drafts,
     })
 }
 
@@ -377,10 +387,17 @@ impl<T: TargetModel> Generation<'_, T> {
                 }
                 BlockSizeConfig::PLAIN
             }
-            _ => match args.block_size {
-                Some(size) => BlockSizeConfig::fixed(size as usize),
-                None => BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation),
-            },
+            _ => {
+                let block = match args.block_size {
+                    Some(size) => BlockSizeConfig::fixed(size as usize),
+                    None => {
+                        BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation)
+                    }
+                };
+                // A tree's rows beside its deepest block stay within one verify round.
+                let room = (MAX_ROLLBACK + 1).saturating_sub(block.requested);
+                block.with_tree_nodes((args.tree_nodes as usize).min(room))
+            }
         };
         let mut eos_token_ids = verifier.target().eos_token_ids();
         for &id in text_eos_ids {

@@ -49,6 +49,7 @@ impl<'a, T: TargetModel> ProbedVerifier<'a, T> {
                 output_index_base: 0,
                 want_carry: false,
                 masks: Vec::new(),
+                parents: Vec::new(),
             })?;
             times.push(started.elapsed());
             self.inner.truncate_sync(seq, len)?;

@@ -7,7 +7,7 @@
 
 use candle_core::{Device, Tensor};
 use specd_core::prefix_cache::PrefixCacheTotals;
-use specd_core::{CacheScope, SamplingParams};
+use specd_core::{CacheScope, DraftTree, SamplingParams};
 pub use specd_models::gemma4::{LayerKv, SharedKv};
 use specd_wire::drafter::DrafterKind;
 
@@ -167,6 +167,19 @@ pub trait DraftEngine: Send + Sync + 'static {
 
     /// Proposes up to `step.count` tokens after the bonus (fewer when it stops early).
     fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError>;
+
+    /// [`Self::draft`] as a token tree: the drafts, and up to `branch_nodes` more beside
+    /// them where the engine sees likely alternatives. An engine that does not branch
+    /// drafts a chain.
+    fn draft_tree(
+        &self,
+        session: &mut Self::Session,
+        step: DraftStep,
+        branch_nodes: usize,
+    ) -> Result<DraftTree, EngineError> {
+        let _ = branch_nodes;
+        self.draft(session, step).map(DraftTree::chain)
+    }
 
     /// [`Self::draft`] for several sessions at once, answers in their order. An engine
     /// that can runs every session's draft steps in one packed forward per step; the

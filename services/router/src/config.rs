@@ -25,6 +25,9 @@ pub struct RouterConfig {
     pub block_size: usize,
     /// Largest block size: the ceiling of the adaptive policy and of requested sizes.
     pub max_block_size: usize,
+    /// Drafts a round may verify beside its chain as a token tree, where the engine in this
+    /// process verifies trees (0: chains only).
+    pub tree_nodes: usize,
     /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
     pub max_concurrent_requests: usize,
     /// Tokens all running requests may verify per round together: under load each
@@ -58,6 +61,7 @@ impl Default for RouterConfig {
             default_max_tokens: 256,
             block_size: 4,
             max_block_size: 8,
+            tree_nodes: 0,
             max_concurrent_requests: 64,
             max_batch_tokens: 32,
             overlap: OverlapMode::Auto,

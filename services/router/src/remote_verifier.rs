@@ -506,6 +506,7 @@ impl Verifier for RemoteSequence {
                 output_index_base,
                 committed_len: handle.committed_len,
                 masks: request.masks.iter().map(mask_to_wire).collect(),
+                parents: request.parents.clone(),
             };
             match self.verify_on(&handle, &wire).await {
                 Ok(response) => break (response, wire),

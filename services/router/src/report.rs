@@ -97,6 +97,8 @@ impl RequestFacts {
             cached_prompt_tokens: saturate(spec.cached_prompt_tokens),
             forced_drafted: saturate(spec.forced_drafted),
             forced_accepted: saturate(spec.forced_accepted),
+            tree_rounds: saturate(spec.tree_rounds),
+            tree_branch_drafts: saturate(spec.tree_branch_drafts),
             seed: self.seed,
             time_to_first_token_ms: transcript
                 .first_token_at

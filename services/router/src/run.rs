@@ -196,6 +196,11 @@ impl RouterState {
             Backend::InProcess(engine) => {
                 if !engine.speculates() {
                     block = BlockSizeConfig::PLAIN;
+                } else if engine.verifies_trees() {
+                    // A tree's rows beside its deepest block stay within what the verifier
+                    // takes in one round.
+                    let room = self.limits.max_block_size.saturating_sub(block.requested);
+                    block = block.with_tree_nodes(self.config.tree_nodes.min(room));
                 }
                 return run_in_process(
                     engine,

@@ -43,11 +43,22 @@ pub trait TargetModel: Send + Sync + 'static {
         }
         hidden.ok_or_else(|| VerifierError::invalid("prompt_ids", "must not be empty"))
     }
-    /// Runs several sequences' blocks in one forward; per row, every position's hidden.
+    /// Runs several sequences' blocks (chains or trees) in one forward; per row, every
+    /// position's hidden.
     fn forward_blocks(
         &self,
-        rows: &mut [(&mut Self::Cache, &[u32])],
+        rows: &mut [SeqBlock<'_, Self::Cache>],
     ) -> Result<Vec<Tensor>, VerifierError>;
+    /// Whether [`Self::forward_blocks`] takes token trees.
+    fn supports_trees(&self) -> bool;
+    /// After a tree block run at `start`, keeps the nodes of `path` (root first) as the
+    /// positions after `start` and drops the rest.
+    fn keep_path(
+        &self,
+        cache: &mut Self::Cache,
+        start: usize,
+        path: &[usize],
+    ) -> Result<(), VerifierError>;
     /// Logits `[n, vocab]` of hidden states `[n, hidden]`.
     fn logits(&self, hidden: &Tensor) -> Result<Tensor, VerifierError>;
     /// The greedy token of each hidden state `[n, hidden]` (the lowest id among equal
@@ -180,10 +191,7 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
         } else {
             OutputRows::None
         };
-        let mut rows = [SeqBlock {
-            cache,
-            tokens: piece,
-        }];
+        let mut rows = [SeqBlock::chain(cache, piece)];
         let hidden = self.model.forward(&mut rows, mode)?.pop();
         if last {
             let hidden = hidden.ok_or_else(|| {
@@ -197,16 +205,22 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
 
     fn forward_blocks(
         &self,
-        rows: &mut [(&mut M::Cache, &[u32])],
+        rows: &mut [SeqBlock<'_, M::Cache>],
     ) -> Result<Vec<Tensor>, VerifierError> {
-        let mut inputs: Vec<SeqBlock<'_, M::Cache>> = rows
-            .iter_mut()
-            .map(|(cache, tokens)| SeqBlock {
-                cache: &mut **cache,
-                tokens,
-            })
-            .collect();
-        Ok(self.model.forward(&mut inputs, OutputRows::All)?)
+        Ok(self.model.forward(rows, OutputRows::All)?)
+    }
+
+    fn supports_trees(&self) -> bool {
+        self.model.supports_trees()
+    }
+
+    fn keep_path(
+        &self,
+        cache: &mut M::Cache,
+        start: usize,
+        path: &[usize],
+    ) -> Result<(), VerifierError> {
+        Ok(self.model.keep_path(cache, start, path)?)
     }
 
     fn logits(&self, hidden: &Tensor) -> Result<Tensor, VerifierError> {

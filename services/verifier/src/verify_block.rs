@@ -9,7 +9,7 @@
 use candle_core::{DType, Tensor};
 use specd_core::sampling::{token_logprob, PenaltyContext};
 use specd_core::{
-    accept_with_targets, sample, Accepted, LogitRules, SamplingParams, TokenLogprob, TokenMask,
+    accept_tree, sample, Accepted, LogitRules, SamplingParams, TokenLogprob, TokenMask,
 };
 
 use crate::carry::TargetCarry;
@@ -21,8 +21,12 @@ pub struct HeadRows<'a> {
     /// Final-normed hidden states `[n, hidden]`.
     pub hidden: &'a Tensor,
     pub sampling: &'a SamplingParams,
-    /// Output index of row 0's token (row `j` draws at `output_index_base + j`).
+    /// Output index of row 0's token (row `j` draws at `output_index_base + j`, or plus
+    /// its depth in a token tree).
     pub output_index_base: u64,
+    /// Each row's depth when the block is a token tree; empty for a chain (row `j` at
+    /// depth `j`).
+    pub depths: &'a [usize],
     pub shaping: RowShaping<'a>,
 }
 
@@ -152,7 +156,8 @@ fn choose_rows(
         shaping
             .rules
             .cut_min_p(&mut row, block.sampling.temperature);
-        let index = block.output_index_base + slot as u64;
+        let depth = block.depths.get(slot).copied().unwrap_or(slot);
+        let index = block.output_index_base + depth as u64;
         let token = sample(&row, block.sampling, index)
             .map_err(|e| VerifierError::invalid("sampling", e.to_string()))?;
         if let Some((top, shaped)) = reported {
@@ -199,6 +204,7 @@ pub fn token_from_hidden<T: TargetModel>(
         hidden,
         sampling,
         output_index_base: output_index,
+        depths: &[],
         shaping,
     };
     let mut choices = block_tokens(target, block)?;
@@ -224,6 +230,7 @@ pub fn accept_and_rollback<T: TargetModel>(
     target: &T,
     cache: &mut T::Cache,
     tokens: &[u32],
+    parents: &[u32],
     hidden: &Tensor,
     targets: &[u32],
     start_len: usize,
@@ -231,20 +238,31 @@ pub fn accept_and_rollback<T: TargetModel>(
     want_kv: bool,
 ) -> Result<BlockOutcome, VerifierError> {
     let drafts = &tokens[1..];
-    let accepted = accept_with_targets(drafts, targets, budget)
-        .map_err(|e| VerifierError::Forward(e.to_string()))?;
+    let (accepted, path) = accept_tree(drafts, parents, budget, |slot, _| {
+        targets.get(slot).copied().ok_or_else(|| {
+            VerifierError::Forward(format!(
+                "target tokens: slot {slot} needed but only {} given",
+                targets.len()
+            ))
+        })
+    })?;
     let committed = accepted.accepted + 1;
     let end = start_len + committed;
-    target.truncate(cache, end)?;
+    if parents.is_empty() {
+        target.truncate(cache, end)?;
+    } else {
+        target.keep_path(cache, start_len, &path)?;
+    }
+    let last = path[path.len() - 1];
     let shared_kv = if want_kv {
         target.shared_kv(cache, start_len, end)?
     } else {
         None
     };
     let carry = TargetCarry {
-        hidden: hidden.narrow(0, accepted.accepted, 1)?,
+        hidden: hidden.narrow(0, last, 1)?,
         shared_kv,
-        committed: tokens[..committed].to_vec(),
+        committed: path.iter().map(|&slot| tokens[slot]).collect(),
         committed_len: end,
     };
     Ok(BlockOutcome { accepted, carry })

@@ -16,6 +16,9 @@ pub struct BlockSizeConfig {
     /// per token, switching speculation off while plain decoding is cheaper (see
     /// [`CostAwarePolicy`]). Off: always the rule's size.
     pub cost_aware: bool,
+    /// Drafts a round may verify beside its block's chain, as branches of a token tree (0:
+    /// chains only). Used where the request adds nothing to the target's logits.
+    pub tree_nodes: usize,
 }
 
 impl BlockSizeConfig {
@@ -24,6 +27,7 @@ impl BlockSizeConfig {
         requested: 1,
         configured: 1,
         cost_aware: false,
+        tree_nodes: 0,
     };
 
     /// The same requested and configured size, every round (not cost-aware).
@@ -32,6 +36,7 @@ impl BlockSizeConfig {
             requested: block_size,
             configured: block_size,
             cost_aware: false,
+            tree_nodes: 0,
         }
     }
 
@@ -41,12 +46,18 @@ impl BlockSizeConfig {
             requested,
             configured,
             cost_aware: true,
+            tree_nodes: 0,
         }
     }
 
     /// This config with the cost-aware policy switched on or off.
     pub fn with_cost_aware(self, cost_aware: bool) -> Self {
         Self { cost_aware, ..self }
+    }
+
+    /// This config with rounds verifying up to `tree_nodes` branch drafts beside the chain.
+    pub fn with_tree_nodes(self, tree_nodes: usize) -> Self {
+        Self { tree_nodes, ..self }
     }
 
     /// Whether any round may draft.

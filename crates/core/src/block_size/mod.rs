@@ -4,7 +4,8 @@
 //! from the round's outcome. The rest are its parts: the rule over the acceptance history
 //! (`rule`), the per-request controller and cost-aware policy (`controller`, `cost_policy`,
 //! `cost_estimates`), the process-wide governor and its forward-cost curve (`governor`,
-//! `forward_curve`), and the load cap a server sets from its running requests (`load_cap`).
+//! `forward_curve`), the load cap a server sets from its running requests (`load_cap`), and
+//! whether a round branches into a token tree (`tree_choice`).
 
 mod controller;
 mod cost_estimates;
@@ -14,6 +15,7 @@ mod governor;
 mod load_cap;
 mod planner;
 mod rule;
+mod tree_choice;
 
 pub use controller::{BlockSizeConfig, BlockSizeController};
 pub use cost_estimates::CostEstimates;
@@ -23,3 +25,4 @@ pub use governor::{Drafting, GovernedRound, SpeculationGovernor};
 pub use load_cap::load_block_cap;
 pub use planner::{BlockPlanner, DraftInProgress, PlannedBlock, RoundOutcome};
 pub use rule::{next_block_size, FULL_DEPTH_HIT_PERCENT, HISTORY_WINDOW, WARMUP_ROUNDS};
+pub use tree_choice::TreeChoice;

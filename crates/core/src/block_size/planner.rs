@@ -68,6 +68,8 @@ pub struct RoundOutcome {
     pub forward: Option<ForwardCost>,
     /// Drafts accepted.
     pub accepted: usize,
+    /// Drafts verified on token-tree branches beside `drafted` (0: a chain).
+    pub branches: usize,
 }
 
 impl BlockPlanner {
@@ -168,12 +170,17 @@ impl BlockPlanner {
     /// Feeds a verified round to the cost-aware policy, the acceptance history and the
     /// process's governor.
     pub fn observe(&mut self, round: &RoundOutcome) {
-        self.controller.observe(&RoundMeasurement {
-            draft: round.draft,
-            verified: round.drafted + 1,
-            verify_time: round.verify_time,
-            accepted: round.accepted,
-        });
+        // A tree round's draft and verify cost more than its block size's (its branches'
+        // rows): the costs per block size learn from chains only, and whether trees pay is
+        // measured beside them (see `TreeChoice`).
+        if round.branches == 0 {
+            self.controller.observe(&RoundMeasurement {
+                draft: round.draft,
+                verified: round.drafted + 1,
+                verify_time: round.verify_time,
+                accepted: round.accepted,
+            });
+        }
         if let Some(governor) = &self.governor {
             governor.record(&GovernedRound {
                 // A catch-up call also applied earlier rounds: not a draft step's cost.
@@ -316,6 +323,7 @@ mod tests {
                 verify_time: Duration::ZERO,
                 forward: None,
                 accepted: 3,
+                branches: 0,
             });
         }
         assert_eq!(

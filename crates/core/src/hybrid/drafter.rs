@@ -12,6 +12,7 @@ use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
 use crate::ngram::{NgramConfig, NgramConfigError, SuffixIndex};
 use crate::sync::lock;
+use crate::tree::DraftTree;
 
 /// The lookup of [`HybridDrafter::with_default_lookup`]: a match of 4 tokens or more drafts,
 /// as many tokens as it is long, and from 8 tokens on the full count. Four BPE tokens (about
@@ -135,6 +136,7 @@ impl<D: Drafter> HybridDrafter<D> {
             committed_len,
             output_index_base,
             count,
+            tree_nodes,
         } = request;
         // The table's shard is held only for the clone of the session's handle.
         let entry = self
@@ -174,6 +176,7 @@ impl<D: Drafter> HybridDrafter<D> {
             committed_len,
             output_index_base,
             count,
+            tree_nodes,
         }))
     }
 
@@ -210,6 +213,18 @@ impl<D: Drafter> Drafter for HybridDrafter<D> {
             Route::Inner(request) => self
                 .inner
                 .draft(request)
+                .await
+                .map_err(HybridDrafterError::Inner),
+        }
+    }
+
+    /// Lookup drafts a chain; the inner drafter may branch.
+    async fn draft_tree(&self, request: DraftRequest<D::Carry>) -> Result<DraftTree, Self::Error> {
+        match self.route(request)? {
+            Route::Lookup(drafts) => Ok(DraftTree::chain(drafts)),
+            Route::Inner(request) => self
+                .inner
+                .draft_tree(request)
                 .await
                 .map_err(HybridDrafterError::Inner),
         }
@@ -329,6 +344,7 @@ mod tests {
             committed_len,
             output_index_base: 0,
             count,
+            tree_nodes: 0,
         }))
     }
 

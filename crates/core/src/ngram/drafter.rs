@@ -163,6 +163,7 @@ mod tests {
             committed_len,
             output_index_base: 1,
             count,
+            tree_nodes: 0,
         }))
     }
 

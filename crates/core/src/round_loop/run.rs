@@ -14,7 +14,7 @@ use super::error::RoundLoopError;
 use super::events::{Event, EventSink, Finish, TokenDelta};
 use super::observe;
 use super::request::GenerationRequest;
-use crate::block_size::{BlockPlanner, DraftMeasurement, RoundOutcome};
+use crate::block_size::{BlockPlanner, DraftMeasurement, RoundOutcome, TreeChoice};
 use crate::constraint::TokenConstraint;
 use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
 use crate::fallback::{DrafterFallback, FallbackCause};
@@ -22,6 +22,7 @@ use crate::finish::FinishReason;
 use crate::sampling::{TokenLogprob, TokenMask};
 use crate::stats::SpecStats;
 use crate::stop::{Detokenizer, StopChecker};
+use crate::tree::DraftTree;
 use crate::verifier::{PrefillRequest, Verified, Verifier, VerifyRequest};
 
 /// Prompt tokens given to the detokenizer as context for the first text delta.
@@ -159,6 +160,8 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
     pending_committed: Vec<u32>,
     /// What the emitted tokens must keep to, when the request has a format.
     constraint: Option<Box<dyn TokenConstraint>>,
+    /// Whether this request's rounds branch, from what trees and chains cost in it.
+    tree_choice: TreeChoice,
 }
 
 /// A drafter session's open in flight.
@@ -213,6 +216,7 @@ where
             pending_carries: Vec::new(),
             pending_committed: Vec::new(),
             constraint: None,
+            tree_choice: TreeChoice::default(),
         }
     }
 
@@ -368,7 +372,7 @@ where
         let mut drafting_alongside = 1;
         let forced = self.forced_drafts(budget);
         let drafts = match self.drafter {
-            _ if !forced.is_empty() => forced.clone(),
+            _ if !forced.is_empty() => DraftTree::chain(forced.clone()),
             Some(drafter) if block_size > 1 => {
                 let catch_up = self.pending_carries.len() > 1;
                 let in_progress = self.planner.draft_started();
@@ -382,29 +386,44 @@ where
                 });
                 drafts
             }
-            _ => Vec::new(),
+            _ => DraftTree::default(),
         };
-        let (drafts, masks) = self.constrain(drafts)?;
+        let (drafts, masks) = match drafts.is_chain() {
+            true => {
+                let (chain, masks) = self.constrain(drafts.tokens)?;
+                (DraftTree::chain(chain), masks)
+            }
+            // Trees are drafted only without a constraint.
+            false => (drafts, Vec::new()),
+        };
         let verify_start = self.clock.now();
         let verified = self.verify(&drafts, budget, masks).await?;
         let verify_time = self.clock.now().saturating_duration_since(verify_start);
+        if let Some(draft) = draft_measurement.filter(|_| self.branching_allowed()) {
+            let tokens = verified.new_tokens.len();
+            let time = draft.time + verify_time;
+            self.tree_choice.record(!drafts.is_chain(), time, tokens);
+        }
         if forced.is_empty() {
             self.planner.observe(&RoundOutcome {
                 draft: draft_measurement,
                 drafting_alongside,
-                drafted: drafts.len(),
+                // A tree's branches are verify rows the forward's cost holds; its depth is
+                // the chain the block size planned.
+                drafted: drafts.depth(),
+                branches: drafts.tokens.len() - drafts.depth(),
                 verify_time,
                 forward: verified.forward,
                 accepted: verified.accepted,
             });
         } else {
             // Forced drafts tell nothing of the drafter; only the counts keep them.
-            self.stats.forced_drafted += drafts.len() as u64;
+            self.stats.forced_drafted += drafts.tokens.len() as u64;
             self.stats.forced_accepted += verified.accepted as u64;
         }
         let committed_before = self.committed_len;
         let accepted = verified.accepted;
-        self.commit(&drafts, accepted, verified.carry);
+        self.commit(&drafts, &verified.new_tokens, accepted, verified.carry);
 
         let emitted = self.emit(&verified.new_tokens, verified.logprobs).await?;
         if let Some(reason) = emitted.finish {
@@ -475,14 +494,14 @@ where
     /// Verifies `[bonus, drafts..]` and checks the answer.
     async fn verify(
         &mut self,
-        drafts: &[u32],
+        drafts: &DraftTree,
         budget: usize,
         masks: Vec<TokenMask>,
     ) -> Result<Verified<V::Carry>, RoundLoopError<V::Error>> {
         let round = self.round;
-        let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        let mut tokens = Vec::with_capacity(drafts.tokens.len() + 1);
         tokens.push(self.bonus);
-        tokens.extend_from_slice(drafts);
+        tokens.extend_from_slice(&drafts.tokens);
         let verified = self
             .verifier
             .verify(VerifyRequest {
@@ -493,6 +512,7 @@ where
                 output_index_base: self.emitted as u64,
                 want_carry: self.drafter.is_some(),
                 masks,
+                parents: drafts.parents.clone(),
             })
             .await
             .map_err(RoundLoopError::Verifier)?;
@@ -513,7 +533,8 @@ where
         debug!(
             seq = %self.request.seq,
             round,
-            drafted = drafts.len(),
+            drafted = drafts.tokens.len(),
+            tree = !drafts.is_chain(),
             accepted = verified.accepted,
             "round verified"
         );
@@ -521,18 +542,36 @@ where
     }
 
     /// Books a verified round: stats, history, cache length and what the drafter must learn.
-    fn commit(&mut self, drafts: &[u32], accepted: usize, carry: Option<V::Carry>) {
-        self.stats.record_round(drafts.len(), accepted);
+    fn commit(
+        &mut self,
+        drafts: &DraftTree,
+        new_tokens: &[u32],
+        accepted: usize,
+        carry: Option<V::Carry>,
+    ) {
+        let drafted = drafts.tokens.len();
+        self.stats.record_round(drafts.depth(), accepted);
+        if !drafts.is_chain() {
+            let branches = (drafted - drafts.depth()) as u64;
+            self.stats.tree_rounds += 1;
+            self.stats.tree_branch_drafts += branches;
+            self.stats.drafted += branches;
+        }
         let drafter_kind = self.drafter.map_or("none", |drafter| drafter.kind());
-        observe::verified(drafter_kind, drafts.len(), accepted);
+        observe::verified(drafter_kind, drafted, accepted);
         self.committed_len += accepted + 1;
         if self.drafter.is_some() {
             match carry {
                 Some(carry) => {
                     self.pending_carries.push(carry);
                     self.pending_committed.push(self.bonus);
-                    self.pending_committed
-                        .extend_from_slice(&drafts[..accepted]);
+                    // A tree's accepted path begins the new tokens (checked with the answer:
+                    // its depth is within the budget); a chain's is its first drafts.
+                    let path = match drafts.is_chain() {
+                        true => &drafts.tokens[..accepted.min(drafts.tokens.len())],
+                        false => &new_tokens[..accepted.min(new_tokens.len())],
+                    };
+                    self.pending_committed.extend_from_slice(path);
                 }
                 None => self.fall_back(
                     FallbackCause::MissingCarry,
@@ -543,8 +582,14 @@ where
         self.round = self.round.saturating_add(1);
     }
 
-    /// Asks the drafter for `count` drafts; on failure falls back and returns none.
-    async fn draft(&mut self, drafter: &'a D, count: usize) -> Vec<u32> {
+    /// Asks the drafter for `count` drafts (a tree of that depth when the round may
+    /// branch); on failure falls back and returns none.
+    async fn draft(&mut self, drafter: &'a D, count: usize) -> DraftTree {
+        let tree_nodes = if self.may_branch() {
+            self.request.block_size.tree_nodes
+        } else {
+            0
+        };
         let request = DraftRequest {
             session: self.request.session,
             round: self.round,
@@ -554,25 +599,54 @@ where
             committed_len: self.committed_len,
             output_index_base: self.emitted as u64,
             count,
+            tree_nodes,
         };
-        match drafter.draft(request).await {
-            Ok(drafts) if drafts.len() > count => {
-                let message = format!("asked for {count} drafts, got {}", drafts.len());
-                self.fall_back(FallbackCause::InvalidDraft, message);
-                Vec::new()
-            }
-            Ok(drafts) => match self.out_of_vocabulary(&drafts) {
-                None => drafts,
-                Some(message) => {
-                    self.fall_back(FallbackCause::InvalidDraft, message);
-                    Vec::new()
-                }
-            },
+        let drafted = if tree_nodes > 0 {
+            drafter.draft_tree(request).await
+        } else {
+            drafter.draft(request).await.map(DraftTree::chain)
+        };
+        let drafts = match drafted {
+            Ok(drafts) => drafts,
             Err(error) => {
                 self.fall_back(FallbackCause::Draft, error.to_string());
-                Vec::new()
+                return DraftTree::default();
+            }
+        };
+        let wrong = if drafts.tokens.len() > count + tree_nodes || drafts.depth() > count {
+            Some(format!(
+                "asked for {count} drafts and {tree_nodes} branch drafts, got {} in {} levels",
+                drafts.tokens.len(),
+                drafts.depth()
+            ))
+        } else {
+            drafts
+                .check()
+                .err()
+                .or_else(|| self.out_of_vocabulary(&drafts.tokens))
+        };
+        match wrong {
+            None => drafts,
+            Some(message) => {
+                self.fall_back(FallbackCause::InvalidDraft, message);
+                DraftTree::default()
             }
         }
+    }
+
+    /// Whether the request's rounds may branch at all (see [`Self::may_branch`]).
+    fn branching_allowed(&self) -> bool {
+        self.request.block_size.tree_nodes > 0
+            && self.constraint.is_none()
+            && self.request.rules.is_neutral()
+            && self.request.top_logprobs.is_none()
+    }
+
+    /// Whether this round verifies a token tree: the request may branch (nothing it asks
+    /// for reads a row's context: penalties, masks, log probabilities, so each tree row is
+    /// shaped as plainly as a chain's) and trees cost less per token than chains in it.
+    fn may_branch(&mut self) -> bool {
+        self.branching_allowed() && self.tree_choice.next_is_tree()
     }
 
     /// What is wrong with `drafts` if one is not a token of the target's vocabulary.

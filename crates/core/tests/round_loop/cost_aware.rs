@@ -21,6 +21,7 @@ const CONFIG: BlockSizeConfig = BlockSizeConfig {
     requested: 4,
     configured: 4,
     cost_aware: true,
+    tree_nodes: 0,
 };
 
 /// Round costs: verify `base + per_token × tokens`, draft `per_step × drafts`.

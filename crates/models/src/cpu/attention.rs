@@ -80,6 +80,7 @@ pub struct Heads {
 
 thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PATH: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 #[derive(Clone, Copy)]
@@ -97,6 +98,33 @@ impl OutPtr {
     }
 }
 
+/// The tree a span's tokens form instead of a chain: node `j + 1`'s parent is node
+/// `parents[j]` (an earlier node; node 0 is the root, after the cached positions). Node `i`
+/// sits at cache slot `past + i` and sees the cache and its ancestors only.
+#[derive(Clone, Copy)]
+struct UnitTree<'a> {
+    parents: &'a [u32],
+    /// Cached positions before the tree (its root's slot).
+    past: usize,
+    /// The unit's first node.
+    offset: usize,
+}
+
+impl UnitTree<'_> {
+    /// The nodes from the root to `node`, in order (each node's index is at least its
+    /// depth), into `path`.
+    fn path_into(&self, node: usize, path: &mut Vec<usize>) {
+        path.clear();
+        let mut at = node;
+        path.push(at);
+        while at > 0 {
+            at = self.parents[at - 1] as usize;
+            path.push(at);
+        }
+        path.reverse();
+    }
+}
+
 /// One unit's inputs.
 struct Unit<'a> {
     /// Queries of the block's tokens, `[tokens, heads, head_dim]` from its first token.
@@ -109,6 +137,7 @@ struct Unit<'a> {
     k: &'a [f32],
     v: &'a [f32],
     h: Heads,
+    tree: Option<UnitTree<'a>>,
 }
 
 /// `q [tokens, heads, head_dim]` to `out [tokens, heads, head_dim]`; token `i` of span `s`
@@ -126,6 +155,41 @@ pub fn attend<C: AsRef<KvBuffers> + Sync>(
     pool: &ThreadPool,
     isa: Isa,
 ) {
+    attend_trees(q, spans, &[], caches, layer, h, out, pool, isa)
+}
+
+/// [`attend`] where span `s`'s tokens are the last nodes of the tree `trees[s]` (node
+/// `j + 1`'s parent is node `trees[s][j]`; an empty tree or none at all: a chain). The tree's
+/// `n = trees[s].len() + 1` nodes sit at the last `n` positions of the cache once the span
+/// is in it (the earlier ones from earlier forwards); each sees the positions before the
+/// tree and its own ancestors only, and its output is bit for bit what attending its path
+/// token by token gives (the scores of its visible keys are gathered in path order before
+/// the softmax, and the weighted sum runs over them in the same order).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_trees<C: AsRef<KvBuffers> + Sync>(
+    q: &[f32],
+    spans: &[Span],
+    trees: &[&[u32]],
+    caches: &[C],
+    layer: usize,
+    h: Heads,
+    out: &mut [f32],
+    pool: &ThreadPool,
+    isa: Isa,
+) {
+    assert!(
+        trees.is_empty() || trees.len() == spans.len(),
+        "one tree per span, or none"
+    );
+    for (span, tree) in spans.iter().zip(trees) {
+        assert!(
+            tree.is_empty()
+                || (tree.len() + 1 >= span.len
+                    && tree.len() < span.past + span.len
+                    && tree.iter().enumerate().all(|(j, &p)| (p as usize) <= j)),
+            "a tree's nodes follow their parents"
+        );
+    }
     let tokens: usize = spans.iter().map(|s| s.len).sum();
     let width = h.heads * h.head_dim;
     assert!(q.len() >= tokens * width && out.len() >= tokens * width);
@@ -147,6 +211,18 @@ pub fn attend<C: AsRef<KvBuffers> + Sync>(
         let first_pos = span.past + offset;
         let (k, v) = caches[row].as_ref().head(layer, kv_head, first_pos + count);
         let first_token = span.start + offset;
+        let tree = trees
+            .get(row)
+            .filter(|parents| !parents.is_empty())
+            .map(|&parents| {
+                // Nodes of the tree already in the cache, before the span's.
+                let earlier = parents.len() + 1 - span.len;
+                UnitTree {
+                    parents,
+                    past: span.past - earlier,
+                    offset: earlier + offset,
+                }
+            });
         let unit = Unit {
             q: &q[first_token * width..(first_token + count) * width],
             // SAFETY: stays inside `out` (checked above).
@@ -157,6 +233,7 @@ pub fn attend<C: AsRef<KvBuffers> + Sync>(
             k,
             v,
             h,
+            tree,
         };
         // Taken out of the thread-local, so no closure stands between the kernel and the
         // CPU features it is compiled for.
@@ -224,31 +301,48 @@ unsafe fn unit_body<L: Lanes, const R: usize>(u: &Unit<'_>, scores: &mut Vec<f32
             r += n;
         }
     }
+    if let Some(tree) = u.tree {
+        tree_sums::<L, R>(u, tree, scores, stride);
+        return;
+    }
     for r in 0..u.tokens * group {
         let i = r / group;
         softmax(&mut scores[r * stride..r * stride + u.first_pos + i + 1]);
     }
     let rows = u.tokens * group;
     let limit = |r: usize| u.first_pos + r / group + 1;
-    let out_row = |r: usize| {
-        let (i, g) = (r / group, r % group);
-        // SAFETY: this unit alone writes head `g` of its group for token `i`.
-        unsafe { u.out.add(i * width + (u.kv_head * group + g) * d) }
-    };
+    sums::<L, R>(u, scores, stride, rows, &limit);
+}
+
+/// Each row's output of `u`: `out_r = sum_t p[r][t] * v[t]` over keys `0..limit(r)`, in key
+/// order, register blocked for the head sizes that fit.
+///
+/// # Safety
+/// `L`'s CPU features must be present.
+#[inline(always)]
+unsafe fn sums<L: Lanes, const R: usize>(
+    u: &Unit<'_>,
+    scores: &[f32],
+    stride: usize,
+    rows: usize,
+    limit: &impl Fn(usize) -> usize,
+) {
+    let d = u.h.head_dim;
+    let out_row = |r: usize| out_row_of(u, r);
     match d {
         // Four rows of 64 or two of 128 dimensions: 16 vector sums, within AVX-512's
         // registers; AVX2's hold half as many.
         64 if R >= QUERY_ROWS => {
-            weighted_sums::<L, 4, 4>(scores, stride, rows, &limit, u.v, &out_row)
+            weighted_sums::<L, 4, 4>(scores, stride, rows, limit, u.v, &out_row)
         }
-        64 => weighted_sums::<L, 4, 2>(scores, stride, rows, &limit, u.v, &out_row),
+        64 => weighted_sums::<L, 4, 2>(scores, stride, rows, limit, u.v, &out_row),
         128 if R >= QUERY_ROWS => {
-            weighted_sums::<L, 8, 2>(scores, stride, rows, &limit, u.v, &out_row)
+            weighted_sums::<L, 8, 2>(scores, stride, rows, limit, u.v, &out_row)
         }
-        128 => weighted_sums::<L, 8, 1>(scores, stride, rows, &limit, u.v, &out_row),
+        128 => weighted_sums::<L, 8, 1>(scores, stride, rows, limit, u.v, &out_row),
         _ => {
             for r in 0..rows {
-                // SAFETY: as above.
+                // SAFETY: row `r`'s output (`d` values) belongs to this unit alone.
                 let o = unsafe { std::slice::from_raw_parts_mut(out_row(r), d) };
                 o.fill(0.0);
                 for (t, value) in u.v.chunks_exact(d).take(limit(r)).enumerate() {
@@ -257,6 +351,64 @@ unsafe fn unit_body<L: Lanes, const R: usize>(u: &Unit<'_>, scores: &mut Vec<f32
             }
         }
     }
+}
+
+/// Where row `r` (token `r / group`, head `r % group` of the unit's group) writes its output.
+fn out_row_of(u: &Unit<'_>, r: usize) -> *mut f32 {
+    let (d, group) = (u.h.head_dim, u.h.heads / u.h.kv_heads);
+    let (i, g) = (r / group, r % group);
+    // SAFETY: this unit alone writes head `g` of its group for token `i`, inside `out`.
+    unsafe { u.out.add(i * u.h.heads * d + (u.kv_head * group + g) * d) }
+}
+
+/// The softmax and weighted sums of a tree unit whose scores are computed: each row's
+/// visible scores (the cached positions', then its path's in order) are gathered to the
+/// front of its row, where attending the path token by token would hold them, so the
+/// softmax sees the same values in the same lanes; the cached keys' sum runs register
+/// blocked as for a chain and the path's keys are then added in order, each a fused
+/// multiply-add as in the blocked sum.
+///
+/// # Safety
+/// `L`'s CPU features must be present.
+#[inline(always)]
+unsafe fn tree_sums<L: Lanes, const R: usize>(
+    u: &Unit<'_>,
+    tree: UnitTree<'_>,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let h = u.h;
+    let (d, group) = (h.head_dim, h.heads / h.kv_heads);
+    let rows = u.tokens * group;
+    let mut path = PATH.with(|cell| cell.take());
+    let mut depths = Vec::with_capacity(u.tokens);
+    for i in 0..u.tokens {
+        tree.path_into(tree.offset + i, &mut path);
+        for g in 0..group {
+            let row = &mut scores[(i * group + g) * stride..][..stride];
+            for (k, &node) in path.iter().enumerate() {
+                row[tree.past + k] = row[tree.past + node];
+            }
+            softmax(&mut row[..tree.past + path.len()]);
+        }
+        depths.push(path.len());
+    }
+    let cached = |_: usize| tree.past;
+    sums::<L, R>(u, scores, stride, rows, &cached);
+    for (i, &depth) in depths.iter().enumerate() {
+        tree.path_into(tree.offset + i, &mut path);
+        debug_assert_eq!(path.len(), depth);
+        for g in 0..group {
+            let r = i * group + g;
+            // SAFETY: row `r`'s output (`d` values) belongs to this unit alone.
+            let o = unsafe { std::slice::from_raw_parts_mut(out_row_of(u, r), d) };
+            for (k, &node) in path.iter().enumerate() {
+                let value = &u.v[(tree.past + node) * d..][..d];
+                axpy_fused(scores[r * stride + tree.past + k], value, o);
+            }
+        }
+    }
+    PATH.with(|cell| *cell.borrow_mut() = path);
 }
 
 /// The scores of `R` query rows against one key tile (`[d, KEY_TILE]`): for each row and
@@ -411,6 +563,132 @@ mod tests {
                 before.iter().position(|x| x == b).unwrap(),
             );
             assert_eq!(a < b, w[i] < w[j]);
+        }
+    }
+
+    /// Every node of a tree attends as its path token by token, for every head size and
+    /// kernel set, with the tree in one span or its last nodes after earlier ones.
+    #[test]
+    fn a_tree_node_attends_like_its_path_alone() {
+        for head_dim in [32, 64, 128] {
+            tree_nodes_attend_like_paths(head_dim);
+        }
+    }
+
+    fn tree_nodes_attend_like_paths(head_dim: usize) {
+        let h = Heads {
+            heads: 4,
+            kv_heads: 2,
+            head_dim,
+            scale: 0.2,
+        };
+        let past = 21;
+        // Node j + 1's parent; deep enough to cross a key tile.
+        let parents: Vec<u32> = vec![0, 1, 0, 2, 4, 3, 5, 6, 6, 8, 1, 10, 11];
+        let nodes = parents.len() + 1;
+        let value = |i: usize| ((i * 7919) % 1000) as f32 / 500.0 - 1.0;
+        let kvw = h.kv_heads * h.head_dim;
+        let key = |slot: usize| -> Vec<f32> { (0..kvw).map(|i| value(slot * 131 + i)).collect() };
+        let val =
+            |slot: usize| -> Vec<f32> { (0..kvw).map(|i| value(slot * 71 + i + 3)).collect() };
+        let mut kv = KvBuffers::new(1, h.kv_heads, h.head_dim, 16);
+        kv.grow(past + nodes, 0);
+        for slot in 0..past + nodes {
+            kv.write(0, slot, &key(slot), &val(slot));
+        }
+        let width = h.heads * h.head_dim;
+        let q: Vec<f32> = (0..nodes * width).map(|i| value(i * 37 + 11)).collect();
+        let pool = ThreadPool::new(2);
+        let path_to = |node: usize| {
+            let tree = UnitTree {
+                parents: &parents,
+                past,
+                offset: 0,
+            };
+            let mut path = Vec::new();
+            tree.path_into(node, &mut path);
+            path
+        };
+        for isa in Isa::available() {
+            let mut whole = vec![0f32; nodes * width];
+            let span = Span {
+                start: 0,
+                len: nodes,
+                past,
+            };
+            attend_trees(
+                &q,
+                &[span],
+                &[&parents],
+                &[&kv],
+                0,
+                h,
+                &mut whole,
+                &pool,
+                isa,
+            );
+            // The last five nodes alone, the others already in the cache.
+            let mut tail = vec![0f32; 5 * width];
+            let span = Span {
+                start: 0,
+                len: 5,
+                past: past + nodes - 5,
+            };
+            let q_tail = &q[(nodes - 5) * width..];
+            attend_trees(
+                q_tail,
+                &[span],
+                &[&parents],
+                &[&kv],
+                0,
+                h,
+                &mut tail,
+                &pool,
+                isa,
+            );
+            assert!(
+                whole[(nodes - 5) * width..]
+                    .iter()
+                    .zip(&tail)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{} the tree's last nodes alone",
+                isa.name()
+            );
+            for node in 0..nodes {
+                let path = path_to(node);
+                let mut alone_kv = KvBuffers::new(1, h.kv_heads, h.head_dim, past + nodes);
+                for slot in 0..past {
+                    alone_kv.write(0, slot, &key(slot), &val(slot));
+                }
+                for (k, &at) in path.iter().enumerate() {
+                    alone_kv.write(0, past + k, &key(past + at), &val(past + at));
+                }
+                let mut alone = vec![0f32; width];
+                let span = Span {
+                    start: 0,
+                    len: 1,
+                    past: past + path.len() - 1,
+                };
+                let q_node = &q[node * width..(node + 1) * width];
+                attend(
+                    q_node,
+                    &[span],
+                    &[&alone_kv],
+                    0,
+                    h,
+                    &mut alone,
+                    &pool,
+                    Isa::Portable,
+                );
+                assert!(
+                    whole[node * width..(node + 1) * width]
+                        .iter()
+                        .zip(&alone)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{} head_dim {head_dim} node {node} (path {path:?})",
+                    isa.name()
+                );
+            }
         }
     }
 

@@ -105,6 +105,27 @@ impl KvBuffers {
         }
     }
 
+    /// Moves position `from`'s K and V to position `to` in every layer (a tree's accepted
+    /// node moved to where its depth puts it).
+    pub fn move_position(&mut self, from: usize, to: usize) {
+        assert!(from < self.capacity && to < self.capacity);
+        if from == to {
+            return;
+        }
+        let (cap, dim) = (self.capacity, self.head_dim);
+        for (kb, vb) in &mut self.layers {
+            for h in 0..self.kv_heads {
+                let tile_of = |pos: usize| (h * cap / KEY_TILE + pos / KEY_TILE) * dim * KEY_TILE;
+                let (src, dst) = (tile_of(from) + from % KEY_TILE, tile_of(to) + to % KEY_TILE);
+                for d in 0..dim {
+                    kb[dst + d * KEY_TILE] = kb[src + d * KEY_TILE];
+                }
+                let (src, dst) = ((h * cap + from) * dim, (h * cap + to) * dim);
+                vb.copy_within(src..src + dim, dst);
+            }
+        }
+    }
+
     /// One head of one layer over positions `0..len`: the K tiles that hold them
     /// (`[ceil(len / 16), head_dim, 16]`; lanes past `len` hold stale values) and the V rows
     /// (`[len, head_dim]`).

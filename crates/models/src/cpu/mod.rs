@@ -28,7 +28,7 @@ mod tile;
 mod tests;
 
 pub use activation::QuantizedRows;
-pub use attention::{attend, Heads, Span};
+pub use attention::{attend, attend_trees, Heads, Span};
 pub use bandwidth::ReadPass;
 pub use format::{dequantize_row, ActivationKind, WeightFormat};
 pub use isa::{Isa, KERNELS_ENV};

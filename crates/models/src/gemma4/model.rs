@@ -169,7 +169,7 @@ impl Gemma4Model {
     /// Runs a block of tokens for one sequence, returning the final-normed hidden state of
     /// every position `[tokens, hidden]`.
     pub fn forward_block(&self, cache: &mut SequenceCache, tokens: &[u32]) -> Result<Tensor> {
-        let mut rows = [BlockInput { cache, tokens }];
+        let mut rows = [BlockInput::chain(cache, tokens)];
         let mut out = self.forward(&mut rows, OutputRows::All)?;
         out.pop()
             .ok_or_else(|| ModelError::Invalid("forward returned no rows".into()))
@@ -193,10 +193,7 @@ impl Gemma4Model {
         let pieces: Vec<&[u32]> = tokens.chunks(chunk).collect();
         for (i, piece) in pieces.iter().enumerate() {
             let final_piece = i + 1 == pieces.len();
-            let mut rows = [BlockInput {
-                cache: &mut *cache,
-                tokens: piece,
-            }];
+            let mut rows = [BlockInput::chain(&mut *cache, piece)];
             let mode = if final_piece {
                 OutputRows::Last
             } else {
@@ -480,6 +477,11 @@ impl CausalLm for Gemma4Model {
         rows: &mut [SeqBlock<'_, SequenceCache>],
         output: OutputRows,
     ) -> Result<Vec<Tensor>> {
+        if rows.iter().any(|row| !row.parents.is_empty()) {
+            return Err(crate::error::ModelError::Unsupported(
+                "token trees on Gemma 4".into(),
+            ));
+        }
         Gemma4Model::forward(self, rows, output)
     }
 

@@ -179,6 +179,36 @@ impl KvCache {
     }
 
     /// Marks `n` more positions valid once every layer holds them.
+    /// Keeps the nodes `path` of a tree block that started at `start` (root first) as the
+    /// positions after `start`, in path order, and drops every other node.
+    pub(crate) fn keep_path(&mut self, start: usize, path: &[usize]) -> Result<()> {
+        let in_block = path
+            .iter()
+            .enumerate()
+            .all(|(k, &node)| node >= k && start + node < self.len);
+        if !in_block || path.first().is_some_and(|&root| root != 0) {
+            return Err(Qwen2Error::Tree {
+                row: 0,
+                message: format!(
+                    "path {path:?} is not a root-first path of the block at {start} \
+                     (the cache holds {})",
+                    self.len
+                ),
+            });
+        }
+        let KvStore::Host(kv) = &mut self.store else {
+            return Err(Qwen2Error::Tree {
+                row: 0,
+                message: "token trees run on the CPU engine only".into(),
+            });
+        };
+        for (k, &node) in path.iter().enumerate() {
+            kv.move_position(start + node, start + k);
+        }
+        self.len = start + path.len();
+        Ok(())
+    }
+
     pub(crate) fn commit(&mut self, n: usize) {
         self.len += n;
     }

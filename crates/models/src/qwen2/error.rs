@@ -60,6 +60,8 @@ pub enum Qwen2Error {
     TruncateBeyondLength { requested: usize, len: usize },
     #[error("rows[{row}]: KV cache does not fit this model: {message}")]
     CacheMismatch { row: usize, message: String },
+    #[error("rows[{row}].parents: {message}")]
+    Tree { row: usize, message: String },
     #[error("hidden: expected [n, {hidden_size}] states, found {found:?}")]
     HiddenShape {
         hidden_size: usize,

@@ -161,7 +161,7 @@ impl Qwen2Model {
 
     /// Like `forward_block`, returning the final-normed hidden states `[tokens.len(), hidden]`.
     pub fn forward_block_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let (hidden, _) = self.forward_packed(&mut [BlockRow { tokens, cache }])?;
+        let (hidden, _) = self.forward_packed(&mut [BlockRow::chain(cache, tokens)])?;
         Ok(hidden)
     }
 
@@ -294,6 +294,28 @@ impl Qwen2Model {
                     context_length: c.context_length,
                 });
             }
+            if !row.parents.is_empty() {
+                if self.cache_device().is_some() {
+                    return Err(Qwen2Error::Tree {
+                        row: r,
+                        message: "token trees run on the CPU engine only".into(),
+                    });
+                }
+                let nodes = row.parents.len() + 1;
+                if nodes < row.tokens.len() || nodes > row.cache.len() + row.tokens.len() {
+                    return Err(Qwen2Error::Tree {
+                        row: r,
+                        message: format!(
+                            "a tree of {nodes} nodes cannot end with {} new tokens after {} \
+                             cached positions",
+                            row.tokens.len(),
+                            row.cache.len()
+                        ),
+                    });
+                }
+                crate::tree::check(row.parents, nodes)
+                    .map_err(|message| Qwen2Error::Tree { row: r, message })?;
+            }
             row.cache.check_fits(
                 r,
                 c.num_layers,
@@ -325,6 +347,7 @@ impl Qwen2Model {
                         };
                         EngineRow {
                             tokens: row.tokens,
+                            parents: row.parents,
                             kv,
                             past,
                         }
@@ -447,6 +470,19 @@ impl CausalLm for Qwen2Model {
 
     fn truncate(&self, cache: &mut KvCache, len: usize) -> std::result::Result<(), ModelError> {
         Ok(cache.truncate(len)?)
+    }
+
+    fn supports_trees(&self) -> bool {
+        matches!(self.runner, Runner::Engine(_))
+    }
+
+    fn keep_path(
+        &self,
+        cache: &mut KvCache,
+        start: usize,
+        path: &[usize],
+    ) -> std::result::Result<(), ModelError> {
+        Ok(cache.keep_path(start, path)?)
     }
 
     fn copy_prefix(

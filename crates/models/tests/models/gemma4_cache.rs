@@ -143,7 +143,7 @@ fn batched_forward_equals_each_row_alone() {
             let mut inputs: Vec<BlockInput<'_>> = batch_caches
                 .iter_mut()
                 .zip(&blocks)
-                .map(|(cache, b)| BlockInput { cache, tokens: b })
+                .map(|(cache, b)| BlockInput::chain(cache, b))
                 .collect();
             model.forward(&mut inputs, OutputRows::All).unwrap()
         };

@@ -17,3 +17,4 @@ mod gemma4_gguf_quantized;
 mod gemma4_loading;
 mod qwen2_real;
 mod qwen2_tiny;
+mod qwen2_trees;

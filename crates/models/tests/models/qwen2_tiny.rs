@@ -293,10 +293,7 @@ fn batched_rows_equal_alone(spec: &TinySpec) {
     let mut batch: Vec<BlockRow<'_>> = rows
         .iter()
         .zip(batch_caches.iter_mut())
-        .map(|((_, block), cache)| BlockRow {
-            tokens: block,
-            cache,
-        })
+        .map(|((_, block), cache)| BlockRow::chain(cache, block))
         .collect();
     let batched = model.forward_batch(&mut batch).unwrap();
     drop(batch);

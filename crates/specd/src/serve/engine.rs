@@ -53,6 +53,10 @@ where
         usize::from(self.drafter.is_some())
     }
 
+    fn verifies_trees(&self) -> bool {
+        self.verifier.local().target().supports_trees()
+    }
+
     fn run(
         self: Arc<Self>,
         request: GenerationRequest,

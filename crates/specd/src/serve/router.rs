@@ -168,6 +168,12 @@ pub struct ApiArgs {
     /// Largest block size, for requests and the adaptive policy.
     #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
     pub max_block_size: usize,
+    /// Drafts a round may verify beside its chain as a token tree (0: chains only), where
+    /// the verifier and drafter run in this process, the target verifies trees (the CPU
+    /// engine's Qwen2 family) and the drafter is a draft model; each request measures
+    /// whether trees or chains cost less per token and uses the cheaper.
+    #[arg(long, env = "SPECD_TREE_NODES", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=8))]
+    pub tree_nodes: u64,
     /// Tokens generated when a request leaves max_tokens unset.
     #[arg(long, env = "SPECD_DEFAULT_MAX_TOKENS", default_value_t = 256)]
     pub default_max_tokens: u32,
@@ -213,6 +219,7 @@ impl ApiArgs {
             default_max_tokens: self.default_max_tokens,
             block_size: self.block_size.max(1),
             max_block_size: self.max_block_size.max(1),
+            tree_nodes: self.tree_nodes as usize,
             max_concurrent_requests: self.max_concurrent_requests,
             max_batch_tokens: self.max_batch_tokens,
             overlap,

@@ -118,6 +118,30 @@ fn speculative_output_equals_plain_output_on_the_real_pair() {
 }
 
 #[test]
+fn token_trees_on_the_real_pair_emit_the_plain_output() {
+    let Some((target, drafter)) = pair() else {
+        return;
+    };
+    let drafter = drafter.to_str().unwrap();
+    let prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
+    let mut branch_drafts = 0;
+    for sampling in [&[][..], &["--temperature", "0.8", "--seed", "3"][..]] {
+        let plain = generate(&target, prompt, &[&["--no-draft"], sampling].concat());
+        for (block, nodes) in [("3", "4"), ("5", "2")] {
+            let flags = ["--draft", "draft-model", "--drafter", drafter];
+            let shape = ["--block-size", block, "--tree-nodes", nodes];
+            let spec = generate(&target, prompt, &[&flags[..], &shape, sampling].concat());
+            assert_eq!(
+                spec["tokens"], plain["tokens"],
+                "trees of {nodes} branch drafts, block {block}, {sampling:?}: {spec}"
+            );
+            branch_drafts += spec["stats"]["tree_branch_drafts"].as_u64().unwrap();
+        }
+    }
+    assert!(branch_drafts > 0, "no round branched");
+}
+
+#[test]
 fn a_drafter_that_is_not_a_gguf_model_is_refused() {
     let Some((target, _)) = pair() else { return };
     // A safetensors file is not a GGUF draft model; the error says which model failed to load.

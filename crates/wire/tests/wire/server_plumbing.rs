@@ -396,6 +396,7 @@ async fn oversized_messages_are_refused_on_both_ends() {
         output_index_base: 1,
         committed_len: 1,
         masks: Vec::new(),
+        parents: Vec::new(),
     };
 
     // Unlimited clients: a small request reaches the handler, an oversized one is refused by

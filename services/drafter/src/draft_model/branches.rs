@@ -10,6 +10,7 @@
 //! it is rejected. Margins are cheap (the same pass over the head gives both tokens) and
 //! order the rejection points well; they are not calibrated probabilities.
 
+use specd_core::DraftTree;
 use specd_models::TopTwo;
 
 /// One pre-drafted token and the drafter's runner-up for it (none for a branch's assumed
@@ -69,9 +70,45 @@ pub fn choose(drafts: &[Ranked], width: usize) -> Vec<BranchPoint> {
     scored.into_iter().take(width).map(|(_, p)| p).collect()
 }
 
+/// The token tree of a round's drafts (`chain`, with `drafts` ranked) and its
+/// `branch_nodes` likeliest rejection points' corrections, each a leaf beside the draft it
+/// would replace (a sibling of it, so the target's token there is verified either way).
+pub fn tree(chain: Vec<u32>, drafts: &[Ranked], branch_nodes: usize) -> DraftTree {
+    let points: Vec<BranchPoint> = choose(drafts, branch_nodes)
+        .into_iter()
+        .filter(|p| p.accepted < chain.len())
+        .collect();
+    if points.is_empty() {
+        return DraftTree::chain(chain);
+    }
+    // Draft `i` (slot `i + 1`) follows slot `i`; a correction of draft `i` does too.
+    let mut parents: Vec<u32> = (0..chain.len() as u32).collect();
+    let mut tokens = chain;
+    for point in points {
+        tokens.push(point.correction);
+        parents.push(point.accepted as u32);
+    }
+    DraftTree { tokens, parents }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn corrections_are_leaves_beside_the_drafts_they_replace() {
+        let drafts = [
+            ranked((5, 10.0), (6, 1.0)),
+            ranked((7, 3.0), (8, 2.9)),
+            ranked((9, 4.0), (1, 3.95)),
+        ];
+        let tree = tree(vec![5, 7, 9], &drafts, 2);
+        assert_eq!(tree.tokens, vec![5, 7, 9, 8, 1]);
+        assert_eq!(tree.parents, vec![0, 1, 2, 1, 2]);
+        assert!(tree.check().is_ok());
+        assert_eq!(tree.depth(), 3);
+        assert!(super::tree(vec![5, 7, 9], &drafts, 0).is_chain());
+    }
 
     fn ranked(best: (u32, f32), runner_up: (u32, f32)) -> Ranked {
         TopTwo {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use specd_core::{CacheScope, PrefixCache, PrefixRule};
+use specd_core::{CacheScope, DraftTree, PrefixCache, PrefixRule};
 use specd_models::qwen2::{LoadOptions, Qwen2Model};
 use specd_models::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 use specd_wire::drafter::DrafterKind;
@@ -16,6 +16,7 @@ use crate::engine::{
 };
 
 mod branches;
+mod tree_draft;
 
 use branches::{Branch, Ranked, SpareCache};
 
@@ -74,6 +75,8 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     spares: Vec<SpareCache<C>>,
     /// Where the last draft started.
     start: DraftStart,
+    /// The nodes the last draft ran when it grew a tree.
+    run_tree: Option<tree_draft::RunTree>,
 }
 
 /// Where a draft started.
@@ -261,10 +264,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         let (mut cache, cached) = self.seeded_cache(&open.cache_scope, &tokens)?;
         let rest = tokens.get(cached..).unwrap_or_default();
         for piece in rest.chunks(self.model.default_prefill_chunk().max(1)) {
-            let mut rows = [SeqBlock {
-                cache: &mut cache,
-                tokens: piece,
-            }];
+            let mut rows = [SeqBlock::chain(&mut cache, piece)];
             self.model
                 .forward(&mut rows, OutputRows::None)
                 .map_err(internal)?;
@@ -285,6 +285,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             candidate: None,
             spares: Vec::new(),
             start: DraftStart::Fresh,
+            run_tree: None,
         })
     }
 
@@ -300,6 +301,20 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             ));
         };
         if committed.is_empty() {
+            return Ok(());
+        }
+        if let Some(run) = session.run_tree.take() {
+            // The nodes of the committed path that ran stay, in path order.
+            let path = run.path_of(&committed);
+            let start = session.committed_len;
+            match path.is_empty() {
+                true => self.model.truncate(&mut session.cache, start),
+                false => self.model.keep_path(&mut session.cache, start, &path),
+            }
+            .map_err(internal)?;
+            session.pending.extend_from_slice(&committed[path.len()..]);
+            session.committed_len += committed.len();
+            session.context.extend_from_slice(&committed);
             return Ok(());
         }
         // What the drafter fed last round stays valid up to the first token the target did not commit.
@@ -353,58 +368,34 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             .unwrap_or_else(|| Err(EngineError::Internal("no draft was made".into())))
     }
 
+    /// A tree grown level by level where the model runs trees (see [`tree_draft`]);
+    /// elsewhere the chain, then each likely rejection point's correction (the drafter's
+    /// runner-up there) as a leaf beside the draft it would replace (see
+    /// [`branches::choose`]).
+    fn draft_tree(
+        &self,
+        session: &mut Self::Session,
+        step: DraftStep,
+        branch_nodes: usize,
+    ) -> Result<DraftTree, EngineError> {
+        if self.model.supports_trees() {
+            return self.grow_tree(session, step, branch_nodes);
+        }
+        let mut jobs = [(session, step)];
+        let chain = self
+            .draft_ranked(&mut jobs, branch_nodes > 0)
+            .pop()
+            .unwrap_or_else(|| Err(EngineError::Internal("no draft was made".into())))?;
+        let [(session, _)] = jobs;
+        Ok(branches::tree(chain, &session.drafts, branch_nodes))
+    }
+
     fn draft_many(
         &self,
         jobs: &mut [(&mut Self::Session, DraftStep)],
     ) -> Vec<Result<Vec<u32>, EngineError>> {
-        let mut begun: Vec<Result<DraftJob, EngineError>> = jobs
-            .iter_mut()
-            .map(|(session, step)| self.begin_draft(session, *step))
-            .collect();
         let runner_ups = jobs.iter().any(|(_, step)| step.branches > 0);
-        // One packed forward per draft step: every session still short of its drafts feeds
-        // its next tokens (the first step: its pending committed tokens and the bonus).
-        loop {
-            let mut fed = Vec::with_capacity(jobs.len());
-            let outcome = {
-                let mut rows = Vec::with_capacity(jobs.len());
-                for (i, ((session, _), job)) in jobs.iter_mut().zip(&begun).enumerate() {
-                    if let Ok(job) = job {
-                        if job.drafts.len() < job.step.count {
-                            rows.push(SeqBlock {
-                                cache: &mut session.cache,
-                                tokens: &job.feed,
-                            });
-                            fed.push(i);
-                        }
-                    }
-                }
-                if rows.is_empty() {
-                    break;
-                }
-                self.next_tokens(&mut rows, runner_ups)
-            };
-            match outcome {
-                Ok(ranked) => {
-                    for (i, ranked) in fed.into_iter().zip(ranked) {
-                        if let Some(Ok(job)) = begun.get_mut(i) {
-                            job.feed = vec![ranked.best.0];
-                            job.drafts.push(ranked);
-                        }
-                    }
-                }
-                Err(error) => {
-                    let message = error.to_string();
-                    for i in fed {
-                        begun[i] = Err(EngineError::Internal(message.clone()));
-                    }
-                }
-            }
-        }
-        jobs.iter_mut()
-            .zip(begun)
-            .map(|((session, _), job)| job.map(|job| end_draft(session, job)))
-            .collect()
+        self.draft_ranked(jobs, runner_ups)
     }
 
     fn predraft_step(
@@ -427,6 +418,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             .map(|(session, count)| self.predraft_feeds(session, *count))
             .collect();
         let runner_ups = jobs.iter().any(|(session, _)| session.branch_width > 0);
+
         // Every session's pre-drafts (the all-accepted one and its branches) in one forward.
         let outcome = {
             let mut rows = Vec::new();
@@ -549,17 +541,11 @@ impl PredraftFeeds {
             cache, branches, ..
         } = session;
         if let Some(token) = &self.main {
-            rows.push(SeqBlock {
-                cache,
-                tokens: token,
-            });
+            rows.push(SeqBlock::chain(cache, token));
         }
         for (branch, feed) in branches.iter_mut().zip(&self.branches) {
             if let Some(token) = feed {
-                rows.push(SeqBlock {
-                    cache: &mut branch.cache,
-                    tokens: token,
-                });
+                rows.push(SeqBlock::chain(&mut branch.cache, token));
             }
         }
     }
@@ -587,6 +573,59 @@ impl PredraftFeeds {
 }
 
 impl<M: CausalLm> DraftModelEngine<M> {
+    /// Every job's drafts, the draft steps of all of them in one packed forward per step;
+    /// with `runner_ups`, each draft's runner-up is kept beside it.
+    fn draft_ranked(
+        &self,
+        jobs: &mut [(&mut DraftModelSession<M::Cache>, DraftStep)],
+        runner_ups: bool,
+    ) -> Vec<Result<Vec<u32>, EngineError>> {
+        let mut begun: Vec<Result<DraftJob, EngineError>> = jobs
+            .iter_mut()
+            .map(|(session, step)| self.begin_draft(session, *step))
+            .collect();
+        // One packed forward per draft step: every session still short of its drafts feeds
+        // its next tokens (the first step: its pending committed tokens and the bonus).
+        loop {
+            let mut fed = Vec::with_capacity(jobs.len());
+            let outcome = {
+                let mut rows = Vec::with_capacity(jobs.len());
+                for (i, ((session, _), job)) in jobs.iter_mut().zip(&begun).enumerate() {
+                    if let Ok(job) = job {
+                        if job.drafts.len() < job.step.count {
+                            rows.push(SeqBlock::chain(&mut session.cache, &job.feed));
+                            fed.push(i);
+                        }
+                    }
+                }
+                if rows.is_empty() {
+                    break;
+                }
+                self.next_tokens(&mut rows, runner_ups)
+            };
+            match outcome {
+                Ok(ranked) => {
+                    for (i, ranked) in fed.into_iter().zip(ranked) {
+                        if let Some(Ok(job)) = begun.get_mut(i) {
+                            job.feed = vec![ranked.best.0];
+                            job.drafts.push(ranked);
+                        }
+                    }
+                }
+                Err(error) => {
+                    let message = error.to_string();
+                    for i in fed {
+                        begun[i] = Err(EngineError::Internal(message.clone()));
+                    }
+                }
+            }
+        }
+        jobs.iter_mut()
+            .zip(begun)
+            .map(|((session, _), job)| job.map(|job| end_draft(session, job)))
+            .collect()
+    }
+
     /// Everything a draft does before its first forward: checks the bonus, starts from the
     /// pre-draft (or a rejection branch) when the target went the way it assumed, and sets
     /// what the first forward feeds.
@@ -722,6 +761,19 @@ impl<M: CausalLm> DraftModelEngine<M> {
 }
 
 impl<C> DraftModelSession<C> {
+    /// Drops what a chain draft and its pre-drafts left for the next round (a tree draft
+    /// keeps none of it).
+    fn forget_speculation(&mut self) {
+        self.speculated.clear();
+        self.drafts.clear();
+        self.round_len = 0;
+        self.predraft.clear();
+        self.branches.clear();
+        self.candidate = None;
+        self.branched = false;
+        self.start = DraftStart::Fresh;
+    }
+
     /// Keeps a branch's cache for the next branches, as many as the pre-draft makes.
     fn spare(&mut self, cache: C, committed: usize) {
         if self.spares.len() < self.branch_width {

@@ -23,10 +23,7 @@ fn engine(file: &TempGguf) -> DraftModelEngine {
 fn top_two_after(engine: &DraftModelEngine, tokens: &[u32]) -> (u32, u32) {
     let model = engine.model();
     let mut cache = CausalLm::new_cache(model, 0).unwrap();
-    let mut rows = [SeqBlock {
-        cache: &mut cache,
-        tokens,
-    }];
+    let mut rows = [SeqBlock::chain(&mut cache, tokens)];
     let last = model
         .forward(&mut rows, OutputRows::Last)
         .unwrap()

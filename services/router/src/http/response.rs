@@ -227,6 +227,8 @@ fn specd(ending: &Ending) -> Value {
         "overlap_switches": stats.overlap_switches,
         "forced_drafted": stats.forced_drafted,
         "forced_accepted": stats.forced_accepted,
+        "tree_rounds": stats.tree_rounds,
+        "tree_branch_drafts": stats.tree_branch_drafts,
         "seed": stats.seed,
         "time_to_first_token_ms": stats.time_to_first_token_ms,
         "total_time_ms": stats.total_time_ms,

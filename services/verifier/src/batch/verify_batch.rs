@@ -12,10 +12,11 @@ use specd_telemetry::propagation::link_row;
 use super::counters::Counters;
 use super::jobs::{RowAnswer, VerifyJob};
 use crate::error::VerifierError;
-use crate::local::{LocalVerifier, Sequence, SequenceHandle, VerifyStart};
+use crate::local::{tree_depths, LocalVerifier, Sequence, SequenceHandle, VerifyStart};
 use crate::target::TargetModel;
 use crate::verify_block::{head_tokens, HeadRows};
 use specd_core::sync::lock;
+use specd_models::SeqBlock;
 
 /// Takes up to `max_rows` rows of distinct sequences, oldest first, out of `waiting`. Rows
 /// whose caller went away are dropped; a second row of a sequence already taken (a retry
@@ -106,9 +107,13 @@ pub(crate) fn run_batch<T: TargetModel>(
     let _entered = batch_span.enter();
     let started = Instant::now();
     let forwarded = {
-        let mut blocks: Vec<(&mut T::Cache, &[u32])> = rows
+        let mut blocks: Vec<SeqBlock<'_, T::Cache>> = rows
             .iter_mut()
-            .map(|row| (&mut row.state.cache, row.job.request.tokens.as_slice()))
+            .map(|row| SeqBlock {
+                cache: &mut row.state.cache,
+                tokens: &row.job.request.tokens,
+                parents: &row.job.request.parents,
+            })
             .collect();
         local.target().forward_blocks(&mut blocks)
     };
@@ -124,13 +129,19 @@ pub(crate) fn run_batch<T: TargetModel>(
         Err(e) => return fail_rows(local, rows, &e.to_string()),
     };
     // One LM head pass serves every row of every sequence in the forward.
+    let depths: Vec<Vec<usize>> = rows
+        .iter()
+        .map(|row| tree_depths(&row.job.request.parents))
+        .collect();
     let heads: Vec<HeadRows<'_>> = rows
         .iter()
         .zip(&hiddens)
-        .map(|(row, hidden)| HeadRows {
+        .zip(&depths)
+        .map(|((row, hidden), depths)| HeadRows {
             hidden,
             sampling: &row.state.sampling,
             output_index_base: row.job.request.output_index_base,
+            depths,
             shaping: row.state.shaping(&row.job.request, row.start_len),
         })
         .collect();

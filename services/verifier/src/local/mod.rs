@@ -24,6 +24,7 @@ use specd_core::{
 
 use candle_core::Tensor;
 use specd_models::gemma4::SharedKv;
+use specd_models::SeqBlock;
 
 use crate::admission::{Admissions, KvBudget, Reservation};
 use crate::carry::TargetCarry;
@@ -52,6 +53,7 @@ impl Default for VerifierLimits {
 pub(crate) use prefix::SeededCache;
 pub use sequence::RoundAnswer;
 pub(crate) use sequence::{RoundLog, Sequence, SequenceHandle};
+pub(crate) use verify::tree_depths;
 
 type SequenceTable<C> = DashMap<SeqId, SequenceHandle<C>>;
 

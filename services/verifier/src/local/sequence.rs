@@ -80,6 +80,8 @@ pub struct RoundAnswer {
     pub round: u32,
     /// The block the round verified.
     pub tokens: Vec<u32>,
+    /// The tree its drafts formed (empty: a chain).
+    pub parents: Vec<u32>,
     pub verified: Verified<TargetCarry>,
     /// Tokens in the sequence before the round (the first position of its K/V rows).
     pub start_len: usize,

@@ -12,7 +12,7 @@ impl<T: TargetModel> LocalVerifier<T> {
     ) -> Result<VerifyStart, VerifierError> {
         if let Some(last) = &seq.rounds.last {
             if last.round == request.round {
-                if last.tokens != request.tokens {
+                if last.tokens != request.tokens || last.parents != request.parents {
                     return Err(VerifierError::invalid(
                         "round",
                         "a retried round must send the same tokens",
@@ -52,6 +52,9 @@ impl<T: TargetModel> LocalVerifier<T> {
             ));
         }
         self.check_tokens("tokens", tokens)?;
+        if !request.parents.is_empty() {
+            self.check_tree(seq, request)?;
+        }
         let start_len = self.target.cache_len(&seq.cache);
         let limit = self.target.max_context();
         if start_len + tokens.len() > limit {
@@ -64,6 +67,31 @@ impl<T: TargetModel> LocalVerifier<T> {
             ));
         }
         Ok(VerifyStart::Run { start_len })
+    }
+
+    /// Checks a tree block: a tree this target can run, for a sequence whose rows are
+    /// shaped without context (each row's penalties would need its own path's tokens).
+    fn check_tree(
+        &self,
+        seq: &Sequence<T::Cache>,
+        request: &VerifyRequest,
+    ) -> Result<(), VerifierError> {
+        if !self.target.supports_trees() {
+            return Err(VerifierError::invalid(
+                "parents",
+                "this target verifies chains only (token trees run on the CPU engine's Qwen2 \
+                 family)",
+            ));
+        }
+        specd_core::tree::check_parents(&request.tokens[1..], &request.parents)
+            .map_err(|reason| VerifierError::invalid("parents", reason))?;
+        if !request.masks.is_empty() || !seq.rules.is_neutral() || seq.top_logprobs.is_some() {
+            return Err(VerifierError::invalid(
+                "parents",
+                "a token tree cannot be verified with masks, logit rules or log probabilities",
+            ));
+        }
+        Ok(())
     }
 
     /// Accepts and rolls back a forwarded block (`hidden`: every position's hidden,
@@ -81,6 +109,7 @@ impl<T: TargetModel> LocalVerifier<T> {
             &*self.target,
             &mut seq.cache,
             &request.tokens,
+            &request.parents,
             hidden,
             &choices.tokens,
             start_len,
@@ -107,6 +136,8 @@ impl<T: TargetModel> LocalVerifier<T> {
         } else {
             seq.rounds.mirror_sliding_start
         };
+        // The bonus and the accepted path's drafts, whatever the budget cut from new_tokens.
+        let committed = outcome.carry.committed.clone();
         let logprobs = choices
             .logprobs
             .iter()
@@ -116,6 +147,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         let answer = RoundAnswer {
             round: request.round,
             tokens: request.tokens.clone(),
+            parents: request.parents.clone(),
             verified: Verified {
                 accepted: outcome.accepted.accepted,
                 new_tokens: outcome.accepted.new_tokens,
@@ -129,8 +161,7 @@ impl<T: TargetModel> LocalVerifier<T> {
         // Written from where the round started, which also drops whatever an undone round
         // left past the cache.
         seq.tokens.truncate(start_len);
-        seq.tokens
-            .extend_from_slice(&request.tokens[..=answer.verified.accepted]);
+        seq.tokens.extend_from_slice(&committed);
         seq.rounds.applied += 1;
         seq.rounds.mirror_sliding_start = mirror_sliding_start;
         seq.rounds.last = Some(answer.clone());
@@ -160,7 +191,11 @@ impl<T: TargetModel> LocalVerifier<T> {
         };
         let started = Instant::now();
         let forwarded = {
-            let mut rows = [(&mut seq.cache, request.tokens.as_slice())];
+            let mut rows = [SeqBlock {
+                cache: &mut seq.cache,
+                tokens: &request.tokens,
+                parents: &request.parents,
+            }];
             self.target.forward_blocks(&mut rows)
         };
         let hidden = match forwarded.map(|mut rows| rows.pop()) {
@@ -180,6 +215,7 @@ impl<T: TargetModel> LocalVerifier<T> {
                 hidden: &hidden,
                 sampling: &seq.sampling,
                 output_index_base: request.output_index_base,
+                depths: &tree_depths(&request.parents),
                 shaping: seq.shaping(&request, start_len),
             },
         );
@@ -200,5 +236,14 @@ impl<T: TargetModel> LocalVerifier<T> {
             time: started.elapsed(),
         });
         Ok(answer)
+    }
+}
+
+/// Each slot's depth in a tree block; empty for a chain.
+pub(crate) fn tree_depths(parents: &[u32]) -> Vec<usize> {
+    if parents.is_empty() {
+        Vec::new()
+    } else {
+        specd_models::tree::depths(parents)
     }
 }

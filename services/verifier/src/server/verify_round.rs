@@ -46,6 +46,7 @@ impl<T: TargetModel> Sequences<T> {
                     Status::out_of_range(format!("round: {} exceeds 32 bits", request.round))
                 })?,
                 tokens: request.tokens,
+                parents: request.parents,
                 budget: request.budget as usize,
                 output_index_base: u64::from(request.output_index_base),
                 want_carry: wants_carry,
@@ -111,9 +112,12 @@ fn replayable<'a>(
         return Ok(None);
     }
     match &rounds.last {
-        Some(last) if last.tokens == request.tokens => Ok(Some(last)),
+        Some(last) if last.tokens == request.tokens && last.parents == request.parents => {
+            Ok(Some(last))
+        }
         Some(_) => Err(Status::failed_precondition(format!(
-            "tokens: a retry of round {} must send the tokens of the original request",
+            "tokens: a retry of round {} must send the tokens (and parents) of the original \
+             request",
             request.round
         ))),
         None => Err(Status::failed_precondition(format!(

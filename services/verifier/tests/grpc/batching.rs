@@ -149,6 +149,7 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
                 output_index_base: tokens.len() as u64,
                 want_carry: false,
                 masks: Vec::new(),
+                parents: Vec::new(),
             })
             .unwrap();
         tokens.extend(verified.new_tokens);
@@ -189,6 +190,7 @@ fn solo_run(local: &LocalVerifier<Gemma4Target>, spec: &Spec, reference: &[u32],
                 output_index_base: emitted.len() as u64,
                 want_carry: false,
                 masks: Vec::new(),
+                parents: Vec::new(),
             })
             .unwrap();
         emitted.extend(&verified.new_tokens);

@@ -11,6 +11,7 @@ mod prefill;
 mod prefix_cache;
 mod rounds;
 mod shaping;
+mod trees;
 
 #[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
 mod qwen2_support;

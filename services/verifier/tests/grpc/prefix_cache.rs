@@ -125,6 +125,7 @@ async fn turn<V: Verifier<Carry = TargetCarry>>(
                 output_index_base: tokens.len() as u64,
                 want_carry: false,
                 masks: Vec::new(),
+                parents: Vec::new(),
             })
             .await
             .unwrap();
@@ -338,6 +339,7 @@ async fn a_running_sequence_seeds_one_that_shares_its_prompt() {
                     output_index_base: tokens[i].len() as u64,
                     want_carry: false,
                     masks: Vec::new(),
+                    parents: Vec::new(),
                 })
                 .unwrap();
             tokens[i].extend(verified.new_tokens);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use candle_core::{DType, Device};
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
 use specd_verifier::{
-    BatchConfig, BatchVerifier, Gemma4Target, KvBudget, LocalVerifier, VerifierLimits,
+    BatchConfig, BatchVerifier, Gemma4Target, KvBudget, LocalVerifier, TargetModel, VerifierLimits,
 };
 use specd_wire::verifier::{
     prefill_response, PrefillHead, PrefillRequest, VerifierClient, VerifierStatsRequest,
@@ -38,10 +38,10 @@ pub fn target_with_chunk(chunk: usize) -> Gemma4Target {
 }
 
 /// A running verifier; dropping it stops the server.
-pub struct TestVerifier {
+pub struct TestVerifier<T: TargetModel = Gemma4Target> {
     pub addr: SocketAddr,
     /// The scheduler behind the server, for its counters.
-    pub batcher: Arc<BatchVerifier<Gemma4Target>>,
+    pub batcher: Arc<BatchVerifier<T>>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -89,6 +89,13 @@ impl TestVerifier {
             batch: options.batch,
             ..VerifierServerConfig::default()
         };
+        Self::serving(local, config).await
+    }
+}
+
+impl<T: TargetModel> TestVerifier<T> {
+    /// A server for `local` (any target) with `config`.
+    pub async fn serving(local: LocalVerifier<T>, config: VerifierServerConfig) -> Self {
         let service = VerifierService::new(Arc::new(local), config);
         let batcher = service.batcher();
         let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();

@@ -2,7 +2,8 @@
 
 use crate::cpu::ops::{add, rms_norm, rope};
 use crate::cpu::{
-    attend, dequantize_row, with_isa, Heads, Isa, LayerInput, Output, Span, Task, ThreadPool,
+    attend, attend_trees, dequantize_row, with_isa, Heads, Isa, LayerInput, Output, Span, Task,
+    ThreadPool,
 };
 
 use super::weights::LayerWeights;
@@ -77,7 +78,23 @@ impl Engine {
         let half = c.head_dim / 2;
         ws.cos.resize(n * half, 0.0);
         ws.sin.resize(n * half, 0.0);
-        for (i, pos) in spans.iter().flat_map(Span::positions).enumerate() {
+        // A tree's node sits at the position its depth gives (its slot in the cache is
+        // still `past + i`).
+        let positions = spans.iter().zip(rows.iter()).flat_map(|(span, row)| {
+            let tree = (!row.parents.is_empty()).then(|| {
+                let earlier = row.parents.len() + 1 - span.len;
+                (
+                    span.past - earlier,
+                    earlier,
+                    crate::tree::depths(row.parents),
+                )
+            });
+            (0..span.len).map(move |i| match &tree {
+                Some((root, earlier, depths)) => root + depths[earlier + i],
+                None => span.past + i,
+            })
+        });
+        for (i, pos) in positions.enumerate() {
             for (j, f) in self.inv_freq.iter().enumerate() {
                 let angle = pos as f64 * f;
                 ws.cos[i * half + j] = angle.cos() as f32;
@@ -162,7 +179,13 @@ impl Engine {
             scale: 1.0 / (hd as f32).sqrt(),
         };
         let out = ws.attn.reset(n, h);
-        attend(&ws.q[..n * h], spans, rows, index, heads, out, pool, isa);
+        if rows.iter().all(|row| row.parents.is_empty()) {
+            attend(&ws.q[..n * h], spans, rows, index, heads, out, pool, isa);
+        } else {
+            let trees: Vec<&[u32]> = rows.iter().map(|row| row.parents).collect();
+            let q = &ws.q[..n * h];
+            attend_trees(q, spans, &trees, rows, index, heads, out, pool, isa);
+        }
         project_residual(&l.o, &mut ws.attn, &mut ws.proj, &mut ws.x, n, pool, isa);
 
         // MLP: the normed input is quantized once for gate and up.

@@ -31,6 +31,8 @@ pub(crate) struct Engine {
 /// are already valid.
 pub(crate) struct EngineRow<'a> {
     pub tokens: &'a [u32],
+    /// The tree whose last nodes the tokens are (see [`crate::tree`]); empty: a chain.
+    pub parents: &'a [u32],
     pub kv: &'a mut KvBuffers,
     pub past: usize,
 }

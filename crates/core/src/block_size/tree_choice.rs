@@ -1,0 +1,123 @@
+//! Whether a request's next round verifies a token tree or a chain, from what each cost per
+//! emitted token in this request.
+//!
+//! A tree's branches are extra verify rows and extra drafter rows; they pay only where the
+//! drafter's second choices are often the target's (prose more than code, on the real pair:
+//! see BENCHMARKS.md). The drafter's own confidence is not calibrated enough to price that,
+//! so the choice is measured: both shapes are tried in the first rounds, the cheaper per
+//! token is used, and the other is tried again now and then, since the text's nature
+//! changes within a request.
+
+use std::time::Duration;
+
+/// Rounds of each shape measured before the cheaper is preferred.
+const PROBES: u32 = 2;
+/// While one shape is preferred, every this many rounds the other is tried once.
+const REPROBE_EVERY: u32 = 8;
+/// Weight of the newest round in a shape's running cost per token.
+const WEIGHT: f64 = 0.3;
+
+/// One request's measured choice between trees and chains.
+#[derive(Clone, Debug, Default)]
+pub struct TreeChoice {
+    tree: ShapeCost,
+    chain: ShapeCost,
+    /// Rounds since the last probe of the shape not preferred.
+    since_probe: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ShapeCost {
+    rounds: u32,
+    /// Running seconds per emitted token.
+    per_token: f64,
+}
+
+impl ShapeCost {
+    fn record(&mut self, time: Duration, tokens: usize) {
+        let per_token = time.as_secs_f64() / tokens.max(1) as f64;
+        self.per_token = if self.rounds == 0 {
+            per_token
+        } else {
+            WEIGHT * per_token + (1.0 - WEIGHT) * self.per_token
+        };
+        self.rounds += 1;
+    }
+}
+
+impl TreeChoice {
+    /// Whether the next round should verify a tree.
+    pub fn next_is_tree(&mut self) -> bool {
+        // Trees first: a chain's cost is what the request measured before branching.
+        if self.tree.rounds < PROBES {
+            return self.tree.rounds <= self.chain.rounds;
+        }
+        if self.chain.rounds < PROBES {
+            return false;
+        }
+        let prefer_tree = self.tree.per_token <= self.chain.per_token;
+        self.since_probe += 1;
+        if self.since_probe >= REPROBE_EVERY {
+            self.since_probe = 0;
+            return !prefer_tree;
+        }
+        prefer_tree
+    }
+
+    /// Books a drafting round: its shape, draft and verify time, and tokens emitted.
+    pub fn record(&mut self, tree: bool, time: Duration, tokens: usize) {
+        match tree {
+            true => self.tree.record(time, tokens),
+            false => self.chain.record(time, tokens),
+        }
+    }
+
+    /// Rounds of each shape measured so far (trees, chains).
+    pub fn rounds(&self) -> (u32, u32) {
+        (self.tree.rounds, self.chain.rounds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Runs `rounds` rounds where a tree round costs `tree` ms and a chain `chain` ms per
+    /// token; returns the tree rounds.
+    fn run(tree: u64, chain: u64, rounds: usize) -> usize {
+        let mut choice = TreeChoice::default();
+        let mut trees = 0;
+        for _ in 0..rounds {
+            let is_tree = choice.next_is_tree();
+            trees += usize::from(is_tree);
+            choice.record(is_tree, ms(if is_tree { tree } else { chain }), 1);
+        }
+        trees
+    }
+
+    #[test]
+    fn the_cheaper_shape_runs_most_rounds_and_the_other_is_probed() {
+        let cheap_tree = run(30, 40, 50);
+        assert!(cheap_tree > 40, "{cheap_tree}");
+        let cheap_chain = run(40, 30, 50);
+        assert!((2..10).contains(&cheap_chain), "{cheap_chain}");
+    }
+
+    #[test]
+    fn both_shapes_are_measured_first() {
+        let mut choice = TreeChoice::default();
+        let shapes: Vec<bool> = (0..4)
+            .map(|_| {
+                let tree = choice.next_is_tree();
+                choice.record(tree, ms(10), 1);
+                tree
+            })
+            .collect();
+        assert_eq!(shapes, vec![true, false, true, false]);
+        assert_eq!(choice.rounds(), (2, 2));
+    }
+}

@@ -1,0 +1,51 @@
+//! Token trees: a block whose tokens branch. Node 0 is the root (a verify block's bonus
+//! token); node `j + 1`'s parent is node `parents[j]`, an earlier node, so every node
+//! follows its ancestors and its depth is the length of its path. The nodes sit in the
+//! cache in order from slot `start`; a node is at position `start + depth` of its sequence
+//! and sees the positions before `start` and its own ancestors only. A tree may be run in
+//! several forwards (a drafter growing it level by level): each runs its newest nodes.
+
+/// Why `parents` is not a tree over `nodes` tokens.
+pub fn check(parents: &[u32], nodes: usize) -> Result<(), String> {
+    if parents.len() + 1 != nodes {
+        return Err(format!(
+            "{} parents for {nodes} tokens (one per token after the first)",
+            parents.len()
+        ));
+    }
+    match parents.iter().enumerate().find(|&(j, &p)| p as usize > j) {
+        Some((j, p)) => Err(format!(
+            "parents[{j}] is {p}: a node's parent must come before it"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The depth of every node (the root's is 0).
+pub fn depths(parents: &[u32]) -> Vec<usize> {
+    let mut depths = Vec::with_capacity(parents.len() + 1);
+    depths.push(0);
+    for &p in parents {
+        let depth = depths.get(p as usize).map_or(0, |d| d + 1);
+        depths.push(depth);
+    }
+    depths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depths_follow_parents() {
+        assert_eq!(depths(&[]), vec![0]);
+        assert_eq!(depths(&[0, 1, 0, 2]), vec![0, 1, 2, 1, 3]);
+    }
+
+    #[test]
+    fn a_parent_after_its_child_is_refused() {
+        assert!(check(&[0, 1], 3).is_ok());
+        assert!(check(&[0, 2], 3).is_err());
+        assert!(check(&[0], 3).is_err());
+    }
+}
