@@ -558,7 +558,8 @@ where
             self.stats.drafted += branches;
         }
         let drafter_kind = self.drafter.map_or("none", |drafter| drafter.kind());
-        observe::verified(drafter_kind, drafted, accepted);
+        // Positions are depths, as in the stats: a tree's branches share them.
+        observe::verified(drafter_kind, drafts.depth(), accepted);
         self.committed_len += accepted + 1;
         if self.drafter.is_some() {
             match carry {
