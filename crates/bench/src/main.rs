@@ -155,7 +155,7 @@ fn run(args: BenchArgs) -> Result<()> {
         .build()?;
     let gguf = matches!(
         generate::detect(args.target(), "target")?,
-        specd_models::ModelSource::Qwen2 { .. }
+        specd_models::ModelSource::LlamaStyle { .. }
     );
     runtime.block_on(async move {
         if gguf {

@@ -1,6 +1,7 @@
 //! What a model path holds, told from the checkpoint itself: a Hugging Face directory by its
 //! `config.json` `model_type`, a GGUF file by its `general.architecture` (`gemma4` is a Gemma 4
-//! target, `gemma4-assistant` its assistant, the Qwen2 family runs on the GGUF engine).
+//! target, `gemma4-assistant` its assistant, a Llama-style architecture (`qwen2`, `llama`)
+//! runs on the GGUF engine).
 
 use std::path::{Path, PathBuf};
 
@@ -15,12 +16,10 @@ pub enum ModelSource {
     /// A Gemma 4 assistant (MTP drafter): a checkpoint directory (`gemma4_assistant`) or a
     /// GGUF file of architecture `gemma4-assistant`.
     Gemma4Assistant { path: PathBuf },
-    /// A GGUF file of the Qwen2 family (Qwen2, Qwen2.5, Qwen2.5-Coder), on the GGUF engine.
-    Qwen2 { path: PathBuf, architecture: String },
+    /// A GGUF file of a Llama-style dense decoder (Qwen2, Qwen2.5, Llama 3, SmolLM2: one of
+    /// [`crate::qwen2::ARCHITECTURES`]), on the GGUF engine; a target or a draft model.
+    LlamaStyle { path: PathBuf, architecture: String },
 }
-
-/// GGUF architectures the Qwen2 loader runs.
-const GGUF_ARCHITECTURES: [&str; 1] = [crate::qwen2::ARCHITECTURE];
 
 impl ModelSource {
     pub fn detect(path: &Path) -> Result<Self> {
@@ -58,16 +57,18 @@ impl ModelSource {
                 path: path.to_path_buf(),
             });
         }
-        if !GGUF_ARCHITECTURES.contains(&architecture.as_str()) {
+        if crate::qwen2::architecture(&architecture).is_none() {
+            let llama_style: Vec<&str> =
+                crate::qwen2::ARCHITECTURES.iter().map(|a| a.name).collect();
             return Err(ModelError::Unsupported(format!(
                 "{}: GGUF architecture {architecture:?} (supported: {}, {}, {})",
                 path.display(),
-                GGUF_ARCHITECTURES.join(", "),
+                llama_style.join(", "),
                 crate::gemma4::gguf::ARCHITECTURE,
                 crate::gemma4::gguf::ASSISTANT_ARCHITECTURE
             )));
         }
-        Ok(Self::Qwen2 {
+        Ok(Self::LlamaStyle {
             path: path.to_path_buf(),
             architecture,
         })
@@ -95,9 +96,9 @@ impl ModelSource {
 
     pub fn path(&self) -> &Path {
         match self {
-            Self::Gemma4 { path } | Self::Gemma4Assistant { path } | Self::Qwen2 { path, .. } => {
-                path
-            }
+            Self::Gemma4 { path }
+            | Self::Gemma4Assistant { path }
+            | Self::LlamaStyle { path, .. } => path,
         }
     }
 }
@@ -140,8 +141,16 @@ mod tests {
     fn gguf_files_are_told_apart_by_architecture() {
         let qwen = gguf_with_architecture("qwen2");
         let source = ModelSource::detect(&qwen).unwrap();
-        assert!(matches!(source, ModelSource::Qwen2 { .. }));
+        assert!(matches!(source, ModelSource::LlamaStyle { .. }));
         assert_eq!(source.path(), qwen.as_path());
+        let llama = gguf_with_architecture("llama");
+        assert_eq!(
+            ModelSource::detect(&llama).unwrap(),
+            ModelSource::LlamaStyle {
+                path: llama.clone(),
+                architecture: "llama".into()
+            }
+        );
         let gemma4 = gguf_with_architecture("gemma4");
         assert_eq!(
             ModelSource::detect(&gemma4).unwrap(),
@@ -160,7 +169,8 @@ mod tests {
         let err = ModelSource::detect(&gemma3).unwrap_err().to_string();
         assert!(err.contains("\"gemma3\""), "{err}");
         assert!(err.contains("gemma4-assistant"), "{err}");
-        for path in [qwen, gemma4, assistant, gemma3] {
+        assert!(err.contains("llama"), "{err}");
+        for path in [qwen, llama, gemma4, assistant, gemma3] {
             let _ = std::fs::remove_file(path);
         }
     }

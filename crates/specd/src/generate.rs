@@ -29,7 +29,8 @@ use specd_text::TargetText;
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
     /// Target: a checkpoint directory (config.json, safetensors, optional tokenizer.json) or
-    /// a GGUF file (Qwen2, or a dense Gemma 4 in llama.cpp's layout).
+    /// a GGUF file (a Llama-style decoder: Qwen2, Llama; or a dense Gemma 4 in llama.cpp's
+    /// layout).
     #[arg(long)]
     pub target: PathBuf,
     /// Prompt as comma-separated token ids, e.g. 2,17,301.
@@ -206,10 +207,11 @@ pub fn detect(path: &std::path::Path, role: &str) -> Result<ModelSource> {
 }
 
 /// The kind of drafter a checkpoint is: a Gemma 4 assistant (directory or GGUF file) drafts
-/// by MTP, a Qwen2-family GGUF file is a draft model; a target checkpoint is refused.
+/// by MTP, a Llama-style GGUF file (Qwen2, Llama) is a draft model; a target checkpoint is
+/// refused.
 pub fn drafter_kind_of(path: &std::path::Path) -> Result<EmbeddedDraft> {
     Ok(match detect(path, "drafter")? {
-        ModelSource::Qwen2 { .. } => EmbeddedDraft::DraftModel,
+        ModelSource::LlamaStyle { .. } => EmbeddedDraft::DraftModel,
         ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
         ModelSource::Gemma4 { path } => return Err(not_a_drafter(&path)),
     })
@@ -240,7 +242,7 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
         }
     }
     match detect(&args.target, "target")? {
-        ModelSource::Qwen2 { .. } => run_gguf(args),
+        ModelSource::LlamaStyle { .. } => run_gguf(args),
         ModelSource::Gemma4 { .. } => run_gemma4(args),
         ModelSource::Gemma4Assistant { path } => Err(not_a_target(&path)),
     }

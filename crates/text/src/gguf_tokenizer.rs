@@ -1,6 +1,7 @@
 //! A GGUF model's tokenizer: from a `tokenizer.json` beside the model when there is one,
 //! otherwise rebuilt from the GGUF `tokenizer.ggml.*` metadata, for the byte-level BPE of the
-//! Qwen2 family (`gpt2` with the `qwen2` pre-tokenizer) and Gemma 4's (`gemma4`).
+//! Llama-style families (`gpt2` with the `qwen2`, `llama-bpe` or `smollm` pre-tokenizer) and
+//! Gemma 4's (`gemma4`).
 
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use tokenizers::normalizers::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::error::{Result, TextError};
@@ -19,6 +21,21 @@ use crate::gguf_metadata::{meta_str, read_metadata, string_array, value_usize, M
 
 /// The `qwen2` pre-tokenizer split (as in Qwen2's tokenizer.json and llama.cpp).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Llama 3's split (`llama-bpe`): Qwen2's, but digits go in runs of up to three.
+pub const LLAMA3_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GPT-2's split, which `smollm` applies after cutting every digit apart.
+const GPT2_SPLIT_REGEX: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+
+/// The byte-level pre-tokenizers read from GGUF metadata: `tokenizer.ggml.pre` and the splits
+/// it applies in turn (as llama.cpp's `llama-vocab.cpp` lists them).
+const PRE_TOKENIZERS: [(&str, &[&str]); 3] = [
+    ("qwen2", &[QWEN2_SPLIT_REGEX]),
+    ("llama-bpe", &[LLAMA3_SPLIT_REGEX]),
+    ("smollm", &[r"\p{N}", GPT2_SPLIT_REGEX]),
+];
 
 /// Chat-turn terminators that stop generation whenever the vocabulary has them.
 pub const QWEN_STOP_TOKENS: [&str; 2] = ["<|im_end|>", "<|endoftext|>"];
@@ -154,15 +171,16 @@ impl GgufTokenizer {
     }
 }
 
-/// The Qwen2 family's byte-level BPE (`gpt2` with the `qwen2` pre-tokenizer).
+/// A byte-level BPE (`gpt2`) with one of [`PRE_TOKENIZERS`].
 fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
     let pre = meta_str(metadata, "tokenizer.ggml.pre")?;
-    if pre != "qwen2" {
+    let Some((_, splits)) = PRE_TOKENIZERS.iter().find(|(name, _)| *name == pre) else {
+        let known: Vec<&str> = PRE_TOKENIZERS.iter().map(|(name, _)| *name).collect();
         return Err(TextError::field(
             "tokenizer.ggml.pre",
-            format!("unsupported pre-tokenizer {pre:?} (expected \"qwen2\")"),
+            format!("unsupported pre-tokenizer {pre:?} (supported: {known:?})"),
         ));
-    }
+    };
     let (tokens, types) = gguf_vocabulary(metadata)?;
     let merges = string_array(metadata, "tokenizer.ggml.merges")?;
 
@@ -190,16 +208,18 @@ fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
             )
         })?;
 
-    let split = Split::new(
-        SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
-        SplitDelimiterBehavior::Isolated,
-        false,
-    )
-    .map_err(|e| TextError::tokenizer("compiling the qwen2 pre-tokenizer regex", e))?;
-    let pre_tokenizer = Sequence::new(vec![
-        split.into(),
-        ByteLevel::new(false, false, false).into(),
-    ]);
+    let mut steps = Vec::with_capacity(splits.len() + 1);
+    for regex in splits.iter() {
+        let split = Split::new(
+            SplitPattern::Regex(regex.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| TextError::tokenizer(format!("compiling the {pre} pre-tokenizer regex"), e))?;
+        steps.push(split.into());
+    }
+    steps.push(ByteLevel::new(false, false, false).into());
+    let pre_tokenizer = Sequence::new(steps);
 
     let mut inner = Tokenizer::new(bpe);
     inner
@@ -208,12 +228,48 @@ fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
         .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
 
     let special = add_gguf_special_tokens(&mut inner, &tokens, types)?;
+    if let Some(bos) = bos_to_add(metadata, &tokens)? {
+        let processor = TemplateProcessing::builder()
+            .try_single(format!("{bos} $A"))
+            .and_then(|b| b.try_pair(format!("{bos} $A {bos} $B")))
+            .map_err(|e| TextError::tokenizer("the BOS template", e))?
+            .special_tokens(vec![(bos.to_string(), bos_id(metadata)?)])
+            .build()
+            .map_err(|e| TextError::tokenizer("the BOS template", e))?;
+        inner.with_post_processor(Some(processor));
+    }
     tracing::info!(
         tokens = tokens.len(),
         special,
         "tokenizer from GGUF metadata"
     );
     Ok(inner)
+}
+
+/// The BOS token a text prompt starts with, where `tokenizer.ggml.add_bos_token` asks for one
+/// (Llama 3; Qwen2's files say false or nothing).
+fn bos_to_add<'a>(metadata: &Metadata, tokens: &[&'a str]) -> Result<Option<&'a str>> {
+    if !matches!(
+        metadata.get("tokenizer.ggml.add_bos_token"),
+        Some(Value::Bool(true))
+    ) {
+        return Ok(None);
+    }
+    let id = bos_id(metadata)?;
+    tokens.get(id as usize).copied().map(Some).ok_or_else(|| {
+        TextError::field(
+            "tokenizer.ggml.bos_token_id",
+            format!("{id} is past the {} tokens", tokens.len()),
+        )
+    })
+}
+
+fn bos_id(metadata: &Metadata) -> Result<u32> {
+    let field = "tokenizer.ggml.bos_token_id";
+    let value = metadata.get(field).ok_or_else(|| TextError::MissingField {
+        field: field.into(),
+    })?;
+    Ok(value_usize(value, field)? as u32)
 }
 
 /// `tokenizer.ggml.tokens` and their `tokenizer.ggml.token_type`, one type per token.

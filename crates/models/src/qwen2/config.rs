@@ -1,4 +1,5 @@
-//! Model hyper-parameters, read from the `qwen2.*` GGUF metadata.
+//! Model hyper-parameters, read from the `{architecture}.*` GGUF metadata of a Llama-style
+//! architecture: one entry of [`ARCHITECTURES`] each.
 
 use std::collections::HashMap;
 
@@ -6,11 +7,46 @@ use candle_core::quantized::gguf_file::Value;
 
 use super::error::{Qwen2Error, Result};
 
-/// The architecture name this module loads (`general.architecture`).
-pub const ARCHITECTURE: &str = "qwen2";
+/// How a GGUF file pairs the dimensions of a head that rotary embedding rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotaryPairs {
+    /// Dimension `i` with `i + head_dim / 2`, as Hugging Face's `rotate_half` (llama.cpp's
+    /// NeoX rope): the file's Q/K rows are in the checkpoint's order.
+    Halves,
+    /// Dimension `2i` with `2i + 1` (llama.cpp's normal rope): llama.cpp's converter permuted
+    /// each head's Q/K rows so; the loader puts them back in halves order.
+    Adjacent,
+}
+
+/// A Llama-style architecture the engine runs, by its `general.architecture`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Architecture {
+    pub name: &'static str,
+    pub rotary_pairs: RotaryPairs,
+}
+
+/// Every architecture the engine runs: a dense decoder of pre-norm attention (Q/K/V biases
+/// optional) and SwiGLU blocks, with RMSNorm and rotary embeddings. Adding one that differs
+/// only in these is one line here.
+pub const ARCHITECTURES: [Architecture; 2] = [
+    Architecture {
+        name: "qwen2",
+        rotary_pairs: RotaryPairs::Halves,
+    },
+    Architecture {
+        name: "llama",
+        rotary_pairs: RotaryPairs::Adjacent,
+    },
+];
+
+/// The entry of [`ARCHITECTURES`] named `name`.
+pub fn architecture(name: &str) -> Option<&'static Architecture> {
+    ARCHITECTURES.iter().find(|a| a.name == name)
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Qwen2Config {
+    pub architecture: &'static Architecture,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -21,23 +57,28 @@ pub struct Qwen2Config {
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
     pub context_length: usize,
+    /// Llama 3's per-frequency divisors of the rotary angles (`rope_freqs.weight`); empty
+    /// where the file has none.
+    pub rope_freq_factors: Vec<f64>,
 }
 
 impl Qwen2Config {
     /// Reads the config; `vocab_size` comes from the token embedding's row count.
     pub fn from_metadata(metadata: &HashMap<String, Value>, vocab_size: usize) -> Result<Self> {
-        let arch = meta_str(metadata, "general.architecture")?;
-        if arch != ARCHITECTURE {
-            return Err(Qwen2Error::field(
+        let name = meta_str(metadata, "general.architecture")?;
+        let architecture = architecture(name).ok_or_else(|| {
+            let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.name).collect();
+            Qwen2Error::field(
                 "general.architecture",
-                format!("expected {ARCHITECTURE:?}, found {arch:?}"),
-            ));
-        }
-        let key = |name: &str| format!("{ARCHITECTURE}.{name}");
+                format!("expected one of {known:?}, found {name:?}"),
+            )
+        })?;
+        let key = |field: &str| format!("{}.{field}", architecture.name);
         let hidden_size = meta_usize(metadata, &key("embedding_length"))?;
         let num_heads = meta_usize(metadata, &key("attention.head_count"))?;
         let num_kv_heads = meta_usize(metadata, &key("attention.head_count_kv"))?;
         let config = Self {
+            architecture,
             vocab_size,
             hidden_size,
             intermediate_size: meta_usize(metadata, &key("feed_forward_length"))?,
@@ -48,13 +89,47 @@ impl Qwen2Config {
             rms_norm_eps: meta_f64(metadata, &key("attention.layer_norm_rms_epsilon"))?,
             rope_theta: meta_f64_or(metadata, &key("rope.freq_base"), 10_000.0)?,
             context_length: meta_usize(metadata, &key("context_length"))?,
+            rope_freq_factors: Vec::new(),
         };
         config.validate()?;
+        // Heads of another width than embedding_length / head_count, or rotary embedding on
+        // part of a head, are other architectures.
+        for field in [
+            "attention.key_length",
+            "attention.value_length",
+            "rope.dimension_count",
+        ] {
+            if metadata.contains_key(&key(field)) {
+                let width = meta_usize(metadata, &key(field))?;
+                if width != config.head_dim {
+                    return Err(Qwen2Error::field(
+                        &key(field),
+                        format!(
+                            "{width}, but embedding_length / attention.head_count is {} \
+                             (unsupported)",
+                            config.head_dim
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(config)
     }
 
+    /// The rotary angle per position of each of a head's `head_dim / 2` pairs.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        (0..self.head_dim / 2)
+            .map(|i| {
+                let base = self
+                    .rope_theta
+                    .powf(-((2 * i) as f64) / self.head_dim as f64);
+                base / self.rope_freq_factors.get(i).copied().unwrap_or(1.0)
+            })
+            .collect()
+    }
+
     fn validate(&self) -> Result<()> {
-        let key = |name: &str| format!("{ARCHITECTURE}.{name}");
+        let key = |name: &str| format!("{}.{name}", self.architecture.name);
         let positive = [
             ("embedding_length", self.hidden_size),
             ("feed_forward_length", self.intermediate_size),
@@ -110,6 +185,10 @@ impl Qwen2Config {
         Ok(())
     }
 
+    pub fn rotary_pairs(&self) -> RotaryPairs {
+        self.architecture.rotary_pairs
+    }
+
     /// Query heads sharing one KV head.
     pub fn group_size(&self) -> usize {
         self.num_heads / self.num_kv_heads
@@ -155,4 +234,26 @@ fn meta_f64_or(metadata: &HashMap<String, Value>, field: &str, default: f64) -> 
     } else {
         Ok(default)
     }
+}
+
+/// `rope_freqs.weight` (`[head_dim / 2]`, Llama 3.1's long-context rotary scaling) where the
+/// file has it; empty otherwise.
+pub(crate) fn rope_freq_factors(gguf: &super::gguf::GgufFile, pairs: usize) -> Result<Vec<f64>> {
+    const NAME: &str = "rope_freqs.weight";
+    if !gguf.has_tensor(NAME) {
+        return Ok(Vec::new());
+    }
+    let raw = gguf.raw(NAME, &[pairs])?;
+    let format = crate::cpu::WeightFormat::from_ggml(raw.dtype)
+        .filter(|f| f.row_bytes(pairs).is_some())
+        .ok_or_else(|| Qwen2Error::field(NAME, format!("stored as {:?}", raw.dtype)))?;
+    let mut factors = vec![0f32; pairs];
+    crate::cpu::dequantize_row(format, raw.bytes, &mut factors);
+    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(Qwen2Error::field(
+            NAME,
+            format!("factor {bad} is not positive"),
+        ));
+    }
+    Ok(factors.into_iter().map(f64::from).collect())
 }

@@ -1,4 +1,5 @@
-//! Quantized Qwen2 (Llama family) from GGUF: the Qwen2.5-Coder target/drafter pair.
+//! Quantized Llama-style decoders from GGUF (Qwen2, Llama; see [`ARCHITECTURES`]): the
+//! Qwen2.5-Coder target/drafter pair among them.
 //!
 //! - [`Qwen2Model`] loads a GGUF file (matmul weights stay in their quantized format) and
 //!   runs blocks of tokens against a [`KvCache`] it does not own, returning logits (or the
@@ -16,9 +17,10 @@ mod engine;
 mod error;
 mod gguf;
 mod model;
+mod rotary_rows;
 
 pub use cache::KvCache;
-pub use config::{Qwen2Config, ARCHITECTURE};
+pub use config::{architecture, Architecture, Qwen2Config, RotaryPairs, ARCHITECTURES};
 pub use error::{Qwen2Error, Result};
 pub use gguf::{GgufFile, RawTensor};
 pub use model::{Backend, BlockRow, EngineInfo, LoadOptions, Qwen2Model, PREFILL_CHUNK};

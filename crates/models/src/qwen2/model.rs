@@ -88,7 +88,8 @@ impl Qwen2Model {
                 found: embed_dims,
             });
         };
-        let config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
+        let mut config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
+        config.rope_freq_factors = super::config::rope_freq_factors(gguf, config.head_dim / 2)?;
         let runner = match options.backend {
             Backend::Auto if device.is_cpu() => {
                 Runner::Engine(Box::new(Engine::load(gguf, config.clone())?))
@@ -115,7 +116,8 @@ impl Qwen2Model {
             threads = info.as_ref().map(|i| i.threads),
             weight_bytes = info.as_ref().map(|i| i.resident_bytes),
             elapsed_ms = started.elapsed().as_millis() as u64,
-            "loaded Qwen2 GGUF"
+            architecture = model.config.architecture.name,
+            "loaded GGUF decoder"
         );
         Ok(model)
     }

@@ -15,6 +15,8 @@ mod gemma4_fidelity;
 mod gemma4_gguf;
 mod gemma4_gguf_quantized;
 mod gemma4_loading;
+mod llama_real;
+mod llama_tiny;
 mod qwen2_real;
 mod qwen2_tiny;
 mod qwen2_trees;

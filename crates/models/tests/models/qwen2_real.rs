@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use crate::qwen2_support::{argmax_rows, compare, real_pair};
+use crate::qwen2_support::{argmax_rows, compare, greedy_steps_and_block, real_pair};
 use candle_core::quantized::gguf_file::Value;
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use specd_models::qwen2::{GgufFile, Qwen2Model};
 use specd_text::{ChatMessage, ChatTemplate, GgufTokenizer, QWEN2_5_CHAT_TEMPLATE};
 
@@ -136,18 +136,10 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n";
     let prompt_ids = tok.encode(prompt).unwrap();
 
-    // Greedy decoding one token at a time after a prefill block.
-    let mut cache = model.new_cache().unwrap();
-    let prefill = model.forward_block(&prompt_ids, &mut cache).unwrap();
-    let mut step_logits = vec![prefill.narrow(0, prompt_ids.len() - 1, 1).unwrap()];
-    let mut generated = vec![argmax_rows(&step_logits[0])[0]];
-    while generated.len() < 16 {
-        let logits = model
-            .forward_block(&generated[generated.len() - 1..], &mut cache)
-            .unwrap();
-        generated.push(argmax_rows(&logits)[0]);
-        step_logits.push(logits);
-    }
+    // Greedy decoding one token at a time after a prefill block; then, verify-style, the last
+    // prompt token and the 15 generated tokens as one block, on a cache holding the prompt
+    // minus its last token.
+    let (generated, block, steps) = greedy_steps_and_block(&model, &prompt_ids, 16);
     let text = tok.decode(&generated, false).unwrap();
     eprintln!("greedy continuation: {text:?}");
     assert!(
@@ -156,17 +148,6 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     );
     assert!(!generated.iter().any(|id| tok.is_eos(*id)));
 
-    // Verify-style: the last prompt token and the 15 generated tokens as one block, on a cache
-    // holding the prompt minus its last token.
-    let mut block_cache = model.new_cache().unwrap();
-    model
-        .forward_block(&prompt_ids[..prompt_ids.len() - 1], &mut block_cache)
-        .unwrap();
-    let block_tokens = [&prompt_ids[prompt_ids.len() - 1..], &generated[..15]].concat();
-    let block = model
-        .forward_block(&block_tokens, &mut block_cache)
-        .unwrap();
-    let steps = Tensor::cat(&step_logits, 0).unwrap();
     assert_eq!(
         argmax_rows(&block),
         generated,
@@ -175,7 +156,7 @@ fn greedy_code_continuation_and_block_logits_match_steps() {
     let (differing, max_diff) = compare(&block, &steps);
     eprintln!(
         "block of {} vs steps: {differing} differing logits, max diff {max_diff:e}",
-        block_tokens.len()
+        generated.len()
     );
     assert_eq!(
         differing, 0,

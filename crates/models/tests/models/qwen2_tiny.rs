@@ -27,7 +27,7 @@ fn step_logits(
 
 /// A plain, cache-free f32 Qwen2 forward over dense weights: embedding, RMSNorm, biased
 /// Q/K/V, rotate-half RoPE, grouped-query causal attention, SwiGLU, tied or separate head.
-fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Tensor {
+pub(crate) fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Tensor {
     let w: HashMap<String, Tensor> = tiny_tensors(spec).into_iter().collect();
     let (n, d, heads, kv_heads) = (tokens.len(), spec.head_dim(), spec.heads, spec.kv_heads);
     let eps = 1e-6;
@@ -48,11 +48,12 @@ fn reference_logits(spec: &TinySpec, tokens: &[u32]) -> Tensor {
         }
     };
     let half = d / 2;
+    let inv_freq = spec.inv_freq();
     let mut cos = Vec::new();
     let mut sin = Vec::new();
     for p in 0..n {
-        for i in 0..half {
-            let angle = p as f64 / 10_000f64.powf((2 * i) as f64 / d as f64);
+        for f in &inv_freq {
+            let angle = p as f64 * f;
             cos.push(angle.cos() as f32);
             sin.push(angle.sin() as f32);
         }

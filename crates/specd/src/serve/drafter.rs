@@ -78,7 +78,7 @@ const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
 pub async fn run(args: DrafterArgs) -> Result<()> {
     let device = args.compute.device()?;
     match crate::generate::detect(&args.drafter, "drafter")? {
-        ModelSource::Qwen2 { .. } => {
+        ModelSource::LlamaStyle { .. } => {
             // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
             let target_vocab = gguf_vocab_size(&args.target, "target")?;
             let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
@@ -116,7 +116,7 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
 fn gguf_vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
     if !matches!(
         crate::generate::detect(path, role)?,
-        ModelSource::Qwen2 { .. }
+        ModelSource::LlamaStyle { .. }
     ) {
         bail!(
             "{role} {}: a GGUF draft model needs the target's GGUF file",

@@ -28,7 +28,8 @@ use crate::{embedded_draft_model, embedded_mtp};
 
 #[derive(Args, Debug)]
 pub struct OneProcessArgs {
-    /// Target: a GGUF file (Qwen2 family, or Gemma 4) or a Gemma 4 checkpoint directory;
+    /// Target: a GGUF file (Llama-style: Qwen2, Llama; or Gemma 4) or a Gemma 4 checkpoint
+    /// directory;
     /// its tokenizer and chat template serve text prompts and chat messages.
     #[arg(long, required = true)]
     pub target: Option<PathBuf>,
@@ -70,7 +71,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
     };
     let draft = drafter_kind(&args)?;
     let engine = match detect(&target, "target")? {
-        ModelSource::Qwen2 { .. } => qwen2_engine(&args, &target, draft)?,
+        ModelSource::LlamaStyle { .. } => qwen2_engine(&args, &target, draft)?,
         ModelSource::Gemma4 { .. } => gemma4_engine(&args, &target, draft)?,
         ModelSource::Gemma4Assistant { path } => return Err(not_a_target(&path)),
     };

@@ -170,7 +170,7 @@ pub struct ApiArgs {
     pub max_block_size: usize,
     /// Drafts a round may verify beside its chain as a token tree (0: chains only), where
     /// the verifier and drafter run in this process, the target verifies trees (the CPU
-    /// engine's Qwen2 family) and the drafter is a draft model; each request measures
+    /// engine's Llama-style family) and the drafter is a draft model; each request measures
     /// whether trees or chains cost less per token and uses the cheaper.
     #[arg(long, env = "SPECD_TREE_NODES", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=8))]
     pub tree_nodes: u64,

@@ -111,7 +111,7 @@ pub async fn run(args: VerifierArgs) -> Result<()> {
     let device = args.compute.device()?;
     // Every family is named: one the registry adds must be given its loader here.
     match crate::generate::detect(&args.target, "target")? {
-        ModelSource::Qwen2 { .. } => {
+        ModelSource::LlamaStyle { .. } => {
             let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
             let target = Qwen2Target::load(&args.target, &device, eos)
                 .with_context(|| format!("loading the target from {}", args.target.display()))?;

@@ -12,6 +12,7 @@ mod failover;
 mod gemma4_text;
 mod generate;
 mod health;
+mod llama;
 mod one_process;
 mod real_pair;
 mod security;

@@ -21,7 +21,8 @@ use tonic::transport::Channel;
 const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 const DRAFTER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
-fn model_dir() -> PathBuf {
+/// Where tools/fetch_qwen_pair.sh and tools/fetch_smollm2.sh put their files.
+pub(crate) fn model_dir() -> PathBuf {
     match std::env::var_os("SPECD_MODEL_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {

@@ -24,7 +24,9 @@ fn byte_chars() -> Vec<char> {
         .collect()
 }
 
-const MERGES: [&str; 6] = ["h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o"];
+const MERGES: [&str; 8] = [
+    "h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "1 2", "12 3",
+];
 const SPECIALS: [(&str, i32); 3] = [("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3)];
 const TOOL_CALL: &str = "<tool_call>";
 
@@ -134,7 +136,7 @@ fn tokenizer_json_written_from_metadata_loads_back_identically() {
 
 #[test]
 fn unsupported_or_broken_metadata_is_named() {
-    let err = GgufTokenizer::from_gguf_metadata(&metadata("llama-bpe"))
+    let err = GgufTokenizer::from_gguf_metadata(&metadata("deepseek-llm"))
         .err()
         .unwrap();
     assert!(
@@ -160,6 +162,57 @@ fn unsupported_or_broken_metadata_is_named() {
     let err = GgufTokenizer::from_gguf_metadata(&missing).err().unwrap();
     assert!(
         matches!(&err, TextError::MissingField { field } if field == "tokenizer.ggml.tokens"),
+        "{err}"
+    );
+}
+
+/// Each pre-tokenizer splits digits as its family does (llama.cpp's `llama-vocab.cpp`): Qwen2
+/// and SmolLM one by one, Llama 3 in runs of up to three, so only Llama 3 merges "123".
+#[test]
+fn pre_tokenizers_split_digits_as_their_family_does() {
+    let ids = |pre: &str| {
+        let tok = GgufTokenizer::from_gguf_metadata(&metadata(pre)).unwrap();
+        let id = |t: &str| tok.token_to_id(t).unwrap();
+        let digits = ["1", "2", "3", "4", "5"].map(id).to_vec();
+        (tok.encode("12345").unwrap(), digits, id("123"))
+    };
+    for pre in ["qwen2", "smollm"] {
+        let (encoded, digits, _) = ids(pre);
+        assert_eq!(encoded, digits, "{pre}");
+    }
+    let (encoded, digits, merged) = ids("llama-bpe");
+    assert_eq!(encoded, vec![merged, digits[3], digits[4]]);
+    // SmolLM's GPT-2 split keeps a space with the word after it, and round-trips text.
+    let smollm = GgufTokenizer::from_gguf_metadata(&metadata("smollm")).unwrap();
+    let ids = smollm.encode("hello world 42").unwrap();
+    assert_eq!(
+        ids[..2],
+        [
+            smollm.token_to_id("hello").unwrap(),
+            smollm.token_to_id("Ġwo").unwrap()
+        ]
+    );
+    assert_eq!(smollm.decode(&ids, false).unwrap(), "hello world 42");
+}
+
+/// Llama 3's files ask for a BOS before a text prompt (`add_bos_token`); Qwen's do not.
+#[test]
+fn a_bos_starts_the_text_where_the_file_asks_for_one() {
+    let mut meta = metadata("llama-bpe");
+    let bos = 256 + MERGES.len() as u32; // <|endoftext|>
+    meta.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(bos));
+    meta.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
+    let tok = GgufTokenizer::from_gguf_metadata(&meta).unwrap();
+    // Special tokens are added to a text prompt (as TargetText::encode asks), never to text
+    // that a chat template has rendered with its own BOS.
+    let with_specials = tok.inner().encode("hello", true).unwrap();
+    assert_eq!(with_specials.get_ids(), [bos, 256 + 3]);
+    assert_eq!(tok.encode("hello").unwrap(), vec![256 + 3]);
+
+    meta.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(100_000));
+    let err = GgufTokenizer::from_gguf_metadata(&meta).err().unwrap();
+    assert!(
+        err.to_string().contains("tokenizer.ggml.bos_token_id"),
         "{err}"
     );
 }

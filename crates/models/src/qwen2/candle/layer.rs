@@ -1,10 +1,14 @@
 //! One Qwen2 decoder block (pre-norm attention and SwiGLU MLP, both residual) and its loading.
 
+use std::borrow::Cow;
+
+use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{Device, Tensor};
 
-use super::super::config::Qwen2Config;
-use super::super::error::Result;
+use super::super::config::{Qwen2Config, RotaryPairs};
+use super::super::error::{Qwen2Error, Result};
 use super::super::gguf::GgufFile;
+use super::super::rotary_rows::halves_from_adjacent;
 use super::attention::Attention;
 use super::cache::DeviceKv;
 use super::linear::QLinear;
@@ -33,6 +37,45 @@ impl LoadContext<'_> {
                 self.gguf
                     .dense(&format!("{name}.bias"), &[out], self.device)?,
             ),
+            false => None,
+        };
+        QLinear::new(weight, bias)
+    }
+
+    /// A Q or K projection (bias where the file has one), its rows in the halves order the
+    /// rotary embedding rotates.
+    fn rotary_linear(
+        &mut self,
+        name: &str,
+        out: usize,
+        inp: usize,
+        config: &Qwen2Config,
+    ) -> Result<QLinear> {
+        let (weight_name, bias_name) = (format!("{name}.weight"), format!("{name}.bias"));
+        let has_bias = self.gguf.has_tensor(&bias_name);
+        if config.rotary_pairs() == RotaryPairs::Halves {
+            return self.linear(name, out, inp, has_bias);
+        }
+        let head_dim = config.head_dim;
+        let raw = self.gguf.raw(&weight_name, &[out, inp])?;
+        let row_bytes = raw.bytes.len() / out.max(1);
+        let rows = halves_from_adjacent(&weight_name, raw.bytes, head_dim, row_bytes)?;
+        let wrap = |source| Qwen2Error::TensorLoad {
+            name: weight_name.clone(),
+            source,
+        };
+        let weight = QTensor::new(
+            QStorage::from_data(Cow::Owned(rows), self.device, raw.dtype).map_err(wrap)?,
+            vec![out, inp],
+        )
+        .map_err(wrap)?;
+        let bias = match has_bias {
+            true => {
+                let stored = self.gguf.dense(&bias_name, &[out], &Device::Cpu)?;
+                let values = stored.to_vec1::<f32>()?;
+                let values = halves_from_adjacent(&bias_name, &values, head_dim, 1)?;
+                Some(Tensor::from_vec(values, out, self.device)?)
+            }
             false => None,
         };
         QLinear::new(weight, bias)
@@ -67,9 +110,12 @@ impl DecoderLayer {
             config.intermediate_size,
         );
         let attention = Attention {
-            q: ctx.linear(&format!("{p}.attn_q"), hidden, hidden, true)?,
-            k: ctx.linear(&format!("{p}.attn_k"), kv_dim, hidden, true)?,
-            v: ctx.linear(&format!("{p}.attn_v"), kv_dim, hidden, true)?,
+            q: ctx.rotary_linear(&format!("{p}.attn_q"), hidden, hidden, config)?,
+            k: ctx.rotary_linear(&format!("{p}.attn_k"), kv_dim, hidden, config)?,
+            v: {
+                let has_bias = ctx.gguf.has_tensor(&format!("{p}.attn_v.bias"));
+                ctx.linear(&format!("{p}.attn_v"), kv_dim, hidden, has_bias)?
+            },
             o: ctx.linear(&format!("{p}.attn_output"), hidden, hidden, false)?,
             heads: config.num_heads,
             kv_heads: config.num_kv_heads,

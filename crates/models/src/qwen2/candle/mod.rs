@@ -73,7 +73,7 @@ impl CandleQwen2 {
             layers,
             output_norm,
             lm_head,
-            rope: RotaryEmbedding::new(config.head_dim, config.rope_theta),
+            rope: RotaryEmbedding::new(config.inv_freq()),
             eps: config.rms_norm_eps,
             device: device.clone(),
         })

@@ -12,11 +12,10 @@ pub struct RotaryEmbedding {
 }
 
 impl RotaryEmbedding {
-    pub fn new(head_dim: usize, theta: f64) -> Self {
-        let half = head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| theta.powf(-((2 * i) as f64) / head_dim as f64))
-            .collect();
+    /// `inv_freq`: the angle per position of each rotated pair ([`Qwen2Config::inv_freq`]).
+    ///
+    /// [`Qwen2Config::inv_freq`]: super::super::config::Qwen2Config::inv_freq
+    pub fn new(inv_freq: Vec<f64>) -> Self {
         Self { inv_freq }
     }
 

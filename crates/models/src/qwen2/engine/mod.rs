@@ -47,14 +47,7 @@ impl Engine {
     pub(crate) fn load(gguf: &GgufFile, config: Qwen2Config) -> Result<Self> {
         let pool = ThreadPool::global();
         let weights = Weights::load(gguf, &config, pool)?;
-        let half = config.head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| {
-                config
-                    .rope_theta
-                    .powf(-((2 * i) as f64) / config.head_dim as f64)
-            })
-            .collect();
+        let inv_freq = config.inv_freq();
         Ok(Self {
             config,
             weights,

@@ -7,9 +7,10 @@ use candle_core::Device;
 
 use crate::cpu::{PackedMatrix, ThreadPool, WeightFormat};
 
-use super::super::config::Qwen2Config;
+use super::super::config::{Qwen2Config, RotaryPairs};
 use super::super::error::{Qwen2Error, Result};
 use super::super::gguf::GgufFile;
+use super::super::rotary_rows::halves_from_adjacent;
 
 /// A token embedding kept in its stored format; rows are decoded one at a time.
 pub(crate) struct EmbeddingTable {
@@ -51,6 +52,7 @@ fn load_error(name: &str, message: impl std::fmt::Display) -> Qwen2Error {
 
 struct Loader<'a> {
     gguf: &'a GgufFile,
+    config: &'a Qwen2Config,
     pool: &'a ThreadPool,
     reencoded: usize,
 }
@@ -93,6 +95,33 @@ impl<'a> Loader<'a> {
 
     fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
         let (format, bytes) = self.native(name, &[out, inp])?;
+        self.pack(name, format, out, inp, bytes)
+    }
+
+    /// A Q or K projection, its rows in the halves order the rotary embedding rotates.
+    fn rotary_matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
+        let (format, bytes) = self.native(name, &[out, inp])?;
+        let bytes = match self.config.rotary_pairs() {
+            RotaryPairs::Halves => bytes,
+            RotaryPairs::Adjacent => {
+                let row_bytes = format
+                    .row_bytes(inp)
+                    .ok_or_else(|| load_error(name, "rows are not whole blocks"))?;
+                let head_dim = self.config.head_dim;
+                Cow::Owned(halves_from_adjacent(name, &bytes, head_dim, row_bytes)?)
+            }
+        };
+        self.pack(name, format, out, inp, bytes)
+    }
+
+    fn pack(
+        &mut self,
+        name: &str,
+        format: WeightFormat,
+        out: usize,
+        inp: usize,
+        bytes: Cow<'_, [u8]>,
+    ) -> Result<PackedMatrix> {
         let packed = PackedMatrix::from_gguf(format, out, inp, &bytes, self.pool);
         self.gguf.release(name);
         packed.map_err(|e| load_error(name, e))
@@ -145,6 +174,15 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// A Q or K bias, in the order of [`Loader::rotary_matrix`]'s rows.
+    fn rotary_bias(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let bias = self.bias(name, len)?;
+        match self.config.rotary_pairs() {
+            RotaryPairs::Halves => Ok(bias),
+            RotaryPairs::Adjacent => halves_from_adjacent(name, &bias, self.config.head_dim, 1),
+        }
+    }
+
     fn embedding(&mut self, vocab: usize, hidden: usize) -> Result<EmbeddingTable> {
         let name = "token_embd.weight";
         let (format, data) = self.native(name, &[vocab, hidden])?;
@@ -165,6 +203,7 @@ impl Weights {
     pub(crate) fn load(gguf: &GgufFile, config: &Qwen2Config, pool: &ThreadPool) -> Result<Self> {
         let mut l = Loader {
             gguf,
+            config,
             pool,
             reencoded: 0,
         };
@@ -181,11 +220,11 @@ impl Weights {
             let [gate, up] = l.gate_up(i, ffn, hidden)?;
             layers.push(LayerWeights {
                 attn_norm: l.vector(&p("attn_norm.weight"), hidden)?,
-                q: l.matrix(&p("attn_q.weight"), hidden, hidden)?,
-                k: l.matrix(&p("attn_k.weight"), kv, hidden)?,
+                q: l.rotary_matrix(&p("attn_q.weight"), hidden, hidden)?,
+                k: l.rotary_matrix(&p("attn_k.weight"), kv, hidden)?,
                 v: l.matrix(&p("attn_v.weight"), kv, hidden)?,
-                q_bias: l.bias(&p("attn_q.bias"), hidden)?,
-                k_bias: l.bias(&p("attn_k.bias"), kv)?,
+                q_bias: l.rotary_bias(&p("attn_q.bias"), hidden)?,
+                k_bias: l.rotary_bias(&p("attn_k.bias"), kv)?,
                 v_bias: l.bias(&p("attn_v.bias"), kv)?,
                 o: l.matrix(&p("attn_output.weight"), hidden, hidden)?,
                 ffn_norm: l.vector(&p("ffn_norm.weight"), hidden)?,

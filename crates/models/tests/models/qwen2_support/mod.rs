@@ -1,5 +1,5 @@
-//! Shared by the Qwen2 tests: a tiny random Qwen2 written as a real GGUF file, and the
-//! location of the real Qwen2.5-Coder pair.
+//! Shared by the Qwen2 and Llama tests: a tiny random Qwen2 written as a real GGUF file (or
+//! as llama.cpp writes a Llama), and the location of the real Qwen2.5-Coder pair.
 
 #![allow(dead_code)]
 
@@ -42,6 +42,23 @@ pub fn real_pair(test: &str) -> Option<(PathBuf, PathBuf)> {
     None
 }
 
+/// SmolLM2-135M-Instruct, the real Llama-style model `tools/fetch_smollm2.sh` fetches, or
+/// `None` after a loud warning on stderr.
+pub fn smollm2(test: &str) -> Option<PathBuf> {
+    let path = model_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.is_file() {
+        return Some(path);
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         SKIPPED {test}: {} not found, run tools/fetch_smollm2.sh\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n",
+        path.display()
+    );
+    None
+}
+
 /// Dimensions and storage formats of a tiny Qwen2.
 #[derive(Debug, Clone)]
 pub struct TinySpec {
@@ -57,6 +74,11 @@ pub struct TinySpec {
     /// Omit `output.weight`, so the head is tied to the embedding.
     pub tied_head: bool,
     pub seed: u64,
+    /// Written as llama.cpp's converter writes a Llama: `llama.*` keys, and each head's Q/K
+    /// rows (and biases) permuted so that rotary pairs are adjacent.
+    pub llama_layout: bool,
+    /// `rope_freqs.weight`: Llama 3's divisor of each rotary pair's angle.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl Default for TinySpec {
@@ -72,6 +94,8 @@ impl Default for TinySpec {
             layout: TinyLayout::Mixed,
             tied_head: false,
             seed: 7,
+            llama_layout: false,
+            rope_freq_factors: None,
         }
     }
 }
@@ -97,6 +121,20 @@ pub enum TinyLayout {
 impl TinySpec {
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
+    }
+
+    /// The rotary angle per position of each of a head's pairs (base 10000).
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let d = self.head_dim();
+        (0..d / 2)
+            .map(|i| {
+                let factor = self
+                    .rope_freq_factors
+                    .as_ref()
+                    .map_or(1.0, |f| f64::from(f[i]));
+                1.0 / 10_000f64.powf((2 * i) as f64 / d as f64) / factor
+            })
+            .collect()
     }
 
     /// A K-quant model: widths of whole 256-value blocks.
@@ -214,28 +252,69 @@ pub fn tiny_tensors(spec: &TinySpec) -> Vec<(String, Tensor)> {
     tensors
 }
 
+/// llama.cpp's converter's `permute` of a Q/K weight or bias (rows `[heads * head_dim, ..]`):
+/// each head's row `s * head_dim / 2 + i` moves to `2i + s`.
+pub fn adjacent_rotary_pairs(t: &Tensor, head_dim: usize) -> Tensor {
+    let dims = t.dims().to_vec();
+    let rest: usize = dims[1..].iter().product();
+    let heads = dims[0] / head_dim;
+    t.reshape((heads, 2, head_dim / 2, rest))
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .reshape(dims)
+        .unwrap()
+}
+
 /// Writes the tiny model as GGUF at `path`.
 pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
     let u32v = |v: usize| Value::U32(v as u32);
-    let metadata: Vec<(&str, Value)> = vec![
-        ("general.architecture", Value::String("qwen2".into())),
-        ("qwen2.block_count", u32v(spec.layers)),
-        ("qwen2.embedding_length", u32v(spec.hidden)),
-        ("qwen2.feed_forward_length", u32v(spec.ffn)),
-        ("qwen2.attention.head_count", u32v(spec.heads)),
-        ("qwen2.attention.head_count_kv", u32v(spec.kv_heads)),
-        ("qwen2.attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
-        ("qwen2.rope.freq_base", Value::F32(10_000.0)),
-        ("qwen2.context_length", u32v(spec.context_length)),
+    let arch = if spec.llama_layout { "llama" } else { "qwen2" };
+    let key = |name: &str| format!("{arch}.{name}");
+    let metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (key("block_count"), u32v(spec.layers)),
+        (key("embedding_length"), u32v(spec.hidden)),
+        (key("feed_forward_length"), u32v(spec.ffn)),
+        (key("attention.head_count"), u32v(spec.heads)),
+        (key("attention.head_count_kv"), u32v(spec.kv_heads)),
+        (key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        (key("rope.freq_base"), Value::F32(10_000.0)),
+        (key("context_length"), u32v(spec.context_length)),
     ];
-    let tensors: Vec<(String, QTensor)> = tiny_tensors(spec)
+    let mut tensors: Vec<(String, QTensor)> = tiny_tensors(spec)
         .into_iter()
         .map(|(name, t)| {
+            let rotary = name.contains(".attn_q.") || name.contains(".attn_k.");
+            let t = if spec.llama_layout && rotary {
+                let t = if t.rank() == 1 {
+                    t.unsqueeze(1).unwrap()
+                } else {
+                    t
+                };
+                let permuted = adjacent_rotary_pairs(&t, spec.head_dim());
+                if name.ends_with(".bias") {
+                    permuted.squeeze(1).unwrap()
+                } else {
+                    permuted
+                }
+            } else {
+                t
+            };
             let q = QTensor::quantize(&t, spec.dtype(&name)).unwrap();
             (name, q)
         })
         .collect();
-    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    if let Some(factors) = &spec.rope_freq_factors {
+        let t = Tensor::new(factors.as_slice(), &Device::Cpu).unwrap();
+        tensors.push((
+            "rope_freqs.weight".into(),
+            QTensor::quantize(&t, GgmlDType::F32).unwrap(),
+        ));
+    }
+    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut file = std::fs::File::create(path).unwrap();
     gguf_file::write(&mut file, &meta_refs, &tensor_refs).unwrap();
@@ -289,6 +368,37 @@ pub fn max_abs(t: &Tensor) -> f32 {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap()
+}
+
+/// Greedy decoding of `n` tokens after `prompt_ids` one token at a time, then the same as one
+/// verify block (the last prompt token and the first `n - 1` generated ones, on a cache
+/// holding the rest of the prompt): the generated tokens, the block's logits and the steps'.
+pub fn greedy_steps_and_block(
+    model: &specd_models::qwen2::Qwen2Model,
+    prompt_ids: &[u32],
+    n: usize,
+) -> (Vec<u32>, Tensor, Tensor) {
+    let mut cache = model.new_cache().unwrap();
+    let prefill = model.forward_block(prompt_ids, &mut cache).unwrap();
+    let last = prompt_ids.len() - 1;
+    let mut step_logits = vec![prefill.narrow(0, last, 1).unwrap()];
+    let mut generated = vec![argmax_rows(&step_logits[0])[0]];
+    while generated.len() < n {
+        let logits = model
+            .forward_block(&generated[generated.len() - 1..], &mut cache)
+            .unwrap();
+        generated.push(argmax_rows(&logits)[0]);
+        step_logits.push(logits);
+    }
+    let mut block_cache = model.new_cache().unwrap();
+    model
+        .forward_block(&prompt_ids[..last], &mut block_cache)
+        .unwrap();
+    let block_tokens = [&prompt_ids[last..], &generated[..n - 1]].concat();
+    let block = model
+        .forward_block(&block_tokens, &mut block_cache)
+        .unwrap();
+    (generated, block, Tensor::cat(&step_logits, 0).unwrap())
 }
 
 pub fn argmax_rows(logits: &Tensor) -> Vec<u32> {
