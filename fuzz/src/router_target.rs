@@ -23,6 +23,7 @@ pub fn limits() -> TargetLimits {
         max_context_tokens: 64,
         max_block_size: 8,
         model: "fuzz".to_owned(),
+        verifies_trees: false,
     }
 }
 

@@ -25,8 +25,9 @@ pub struct RouterConfig {
     pub block_size: usize,
     /// Largest block size: the ceiling of the adaptive policy and of requested sizes.
     pub max_block_size: usize,
-    /// Drafts a round may verify beside its chain as a token tree, where the engine in this
-    /// process verifies trees (0: chains only).
+    /// Drafts a round may verify beside its chain as a token tree, where the target verifies
+    /// trees (the engine in this process, or the verifiers' Stats say so) and rounds draft
+    /// with a model (0: chains only).
     pub tree_nodes: usize,
     /// Requests running at once; more are refused with RESOURCE_EXHAUSTED.
     pub max_concurrent_requests: usize,
@@ -91,6 +92,8 @@ pub struct TargetLimits {
     pub max_context_tokens: usize,
     pub max_block_size: usize,
     pub model: String,
+    /// The target verifies token trees.
+    pub verifies_trees: bool,
 }
 
 impl From<VerifierStatsResponse> for TargetLimits {
@@ -100,6 +103,7 @@ impl From<VerifierStatsResponse> for TargetLimits {
             max_context_tokens: stats.max_context_tokens as usize,
             max_block_size: stats.max_block_size as usize,
             model: stats.model,
+            verifies_trees: stats.verifies_trees,
         }
     }
 }

@@ -31,8 +31,6 @@ pub trait InProcessEngine: Send + Sync + 'static {
     fn speculates(&self) -> bool;
     /// Drafter sessions that draft in parallel (0: none).
     fn drafter_parallelism(&self) -> usize;
-    /// Whether rounds may verify token trees (the target verifies them).
-    fn verifies_trees(&self) -> bool;
     /// Runs `request` through the round loop, sending its events to `events`; a closed
     /// receiver cancels it, and dropping the future frees its sequence and session.
     fn run(

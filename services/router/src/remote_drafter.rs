@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use specd_core::{DraftRequest, Drafter, OpenRequest, SamplingParams, SessionId};
+use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SamplingParams, SessionId};
 use specd_wire::drafter::{
     open_request, CloseRequest, DraftRequest as WireDraft, DrafterClient, DrafterKind, OpenHeader,
     OpenRequest as WireOpen,
@@ -89,6 +89,14 @@ pub struct RemoteSession<'a> {
     predraft: Option<Predrafting>,
     state: Mutex<SessionState>,
     opening: Arc<Mutex<Opening>>,
+}
+
+/// What one Draft call answered: the drafts, whether they came from the drafter's
+/// pre-draft, and whether from one of its rejection branches.
+struct Answer {
+    drafts: DraftTree,
+    predraft_hit: bool,
+    branch_hit: bool,
 }
 
 /// A failed drafter call, and whether the drafter itself should be avoided for a while.
@@ -226,13 +234,8 @@ impl<'a> RemoteSession<'a> {
         }
     }
 
-    /// One Draft call on the open session: the drafts, whether they came from the
-    /// drafter's pre-draft, and whether from one of its rejection branches.
-    async fn draft_on(
-        &self,
-        lease: &Lease,
-        wire: WireDraft,
-    ) -> Result<(Vec<u32>, bool, bool), CallFailure> {
+    /// One Draft call on the open session.
+    async fn draft_on(&self, lease: &Lease, wire: WireDraft) -> Result<Answer, CallFailure> {
         let span = client_telemetry::draft_span(&wire);
         let started = Instant::now();
         let request_bytes = prost::Message::encoded_len(&wire);
@@ -243,19 +246,21 @@ impl<'a> RemoteSession<'a> {
             Ok(response) => {
                 let response = response.into_inner();
                 let response_bytes = prost::Message::encoded_len(&response);
-                let drafts = response.drafts;
                 client_telemetry::drafted(
                     &span,
                     request_bytes,
                     response_bytes,
-                    drafts.len(),
+                    response.drafts.len(),
                     started,
                 );
-                Ok((
-                    drafts,
-                    response.predraft_hit,
-                    response.predraft_hit && response.predraft_branch_hit,
-                ))
+                Ok(Answer {
+                    predraft_hit: response.predraft_hit,
+                    branch_hit: response.predraft_hit && response.predraft_branch_hit,
+                    drafts: DraftTree {
+                        tokens: response.drafts,
+                        parents: response.parents,
+                    },
+                })
             }
             Err(status) => Err(self.failure(status)),
         }
@@ -271,7 +276,7 @@ impl<'a> RemoteSession<'a> {
         wire: WireDraft,
         committed_len: usize,
         resume: SessionResume,
-    ) -> Result<Vec<u32>, RemoteError> {
+    ) -> Result<DraftTree, RemoteError> {
         let sampling = self
             .state()
             .sampling
@@ -309,7 +314,7 @@ impl<'a> RemoteSession<'a> {
             };
             let predrafting = first.predraft;
             match self.draft_on(&lease, first).await {
-                Ok((drafts, ..)) => {
+                Ok(Answer { drafts, .. }) => {
                     self.claim(&session_id);
                     info!(url = lease.url(), %session_id, "drafter session resynced");
                     self.resyncs.fetch_add(1, Ordering::Relaxed);
@@ -333,6 +338,120 @@ impl<'a> RemoteSession<'a> {
                     crate::detached::spawn(close_call(lease.client(), session_id));
                     last = self.note_failure(&lease, failure)?;
                 }
+            }
+        }
+    }
+
+    /// One round's drafts: a tree with up to `request.tree_nodes` branch drafts (a tree round
+    /// is not pre-drafted), a chain without.
+    async fn draft_round(
+        &self,
+        request: DraftRequest<WireCarry>,
+    ) -> Result<DraftTree, RemoteError> {
+        let state = self.state().clone();
+        let (Some(lease), Some(session_id)) = (state.lease.clone(), state.session_id) else {
+            return Err(RemoteError::protocol("drafter", "no session is open"));
+        };
+        let position = request
+            .committed_len
+            .checked_sub(1)
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| RemoteError::protocol("router", "invalid committed length"))?;
+        let committed_len = request.committed_len;
+        // A call right after one verify measures that round; one after several (plain
+        // rounds between) does not.
+        let one_round = request.carries.len() == 1;
+        let wire_round = state.rounds + 1;
+        let max_drafts = u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX);
+        let tree_nodes = u32::try_from(request.tree_nodes)
+            .unwrap_or(u32::MAX)
+            .min(max_drafts);
+        let predraft = tree_nodes == 0
+            && self.predraft.as_ref().is_some_and(|p| {
+                p.overlap
+                    .predraft(lease.url(), || p.shares_cores(lease.placement().as_ref()))
+            });
+        let (carry, resume) = state
+            .resume
+            .advance(request.carries, request.committed_tokens)?;
+        let wire = WireDraft {
+            session_id: session_id.clone(),
+            round: wire_round,
+            bonus: request.bonus,
+            position,
+            count: u32::try_from(request.count).unwrap_or(u32::MAX),
+            output_index_base: u32::try_from(request.output_index_base)
+                .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
+            carry: Some(carry),
+            predraft,
+            predraft_branches: match &self.predraft {
+                Some(p) if predraft => p.branches.min(max_drafts),
+                _ => 0,
+            },
+            tree_nodes,
+        };
+        let started = Instant::now();
+        match self.draft_on(&lease, wire.clone()).await {
+            Ok(Answer {
+                drafts,
+                predraft_hit: hit,
+                branch_hit,
+            }) => {
+                let answered = Instant::now();
+                if let Some(predrafting) = &self.predraft {
+                    if state.predrafting {
+                        predrafting.counts.record(hit, branch_hit);
+                    }
+                    if state.rounds > 0 && state.predrafting != predraft {
+                        predrafting.counts.switched();
+                    }
+                    if let Some(last) = state
+                        .last_answer
+                        .filter(|l| one_round && l.url == lease.url())
+                    {
+                        predrafting.overlap.record(
+                            lease.url(),
+                            RoundCost {
+                                predrafted: last.predrafting,
+                                rows: last.rows,
+                                verify: started.saturating_duration_since(last.at),
+                                draft: answered.saturating_duration_since(started),
+                            },
+                        );
+                    }
+                }
+                let mut live = self.state();
+                live.rounds = wire_round;
+                live.resume = resume;
+                live.predrafting = predraft;
+                live.last_answer = Some(DraftAnswer {
+                    at: answered,
+                    url: lease.url().to_owned(),
+                    rows: drafts.tokens.len() + 1,
+                    predrafting: predraft,
+                });
+                Ok(drafts)
+            }
+            Err(failure) => {
+                if failure.error.code() != Some(Code::NotFound) {
+                    crate::detached::spawn(close_call(lease.client(), session_id));
+                }
+                {
+                    // The session is gone either way; a resync starts a new one.
+                    let mut live = self.state();
+                    live.lease = None;
+                    live.session_id = None;
+                }
+                let avoid = failure.avoid_endpoint;
+                let last = self.note_failure(&lease, failure)?;
+                resume.check(committed_len)?;
+                let tried = if avoid {
+                    vec![lease.url().to_owned()]
+                } else {
+                    Vec::new()
+                };
+                drop(lease);
+                self.resync(tried, last, wire, committed_len, resume).await
             }
         }
     }
@@ -437,104 +556,15 @@ impl Drafter for RemoteSession<'_> {
     }
 
     async fn draft(&self, request: DraftRequest<WireCarry>) -> Result<Vec<u32>, RemoteError> {
-        let state = self.state().clone();
-        let (Some(lease), Some(session_id)) = (state.lease.clone(), state.session_id) else {
-            return Err(RemoteError::protocol("drafter", "no session is open"));
+        let request = DraftRequest {
+            tree_nodes: 0,
+            ..request
         };
-        let position = request
-            .committed_len
-            .checked_sub(1)
-            .and_then(|p| u32::try_from(p).ok())
-            .ok_or_else(|| RemoteError::protocol("router", "invalid committed length"))?;
-        let committed_len = request.committed_len;
-        // A call right after one verify measures that round; one after several (plain
-        // rounds between) does not.
-        let one_round = request.carries.len() == 1;
-        let wire_round = state.rounds + 1;
-        let predraft = self.predraft.as_ref().is_some_and(|p| {
-            p.overlap
-                .predraft(lease.url(), || p.shares_cores(lease.placement().as_ref()))
-        });
-        let (carry, resume) = state
-            .resume
-            .advance(request.carries, request.committed_tokens)?;
-        let wire = WireDraft {
-            session_id: session_id.clone(),
-            round: wire_round,
-            bonus: request.bonus,
-            position,
-            count: u32::try_from(request.count).unwrap_or(u32::MAX),
-            output_index_base: u32::try_from(request.output_index_base)
-                .map_err(|_| RemoteError::protocol("router", "output index exceeds 32 bits"))?,
-            carry: Some(carry),
-            predraft,
-            predraft_branches: match &self.predraft {
-                Some(p) if predraft => p
-                    .branches
-                    .min(u32::try_from(lease.info().max_draft_tokens).unwrap_or(u32::MAX)),
-                _ => 0,
-            },
-        };
-        let started = Instant::now();
-        match self.draft_on(&lease, wire.clone()).await {
-            Ok((drafts, hit, branch_hit)) => {
-                let answered = Instant::now();
-                if let Some(predrafting) = &self.predraft {
-                    if state.predrafting {
-                        predrafting.counts.record(hit, branch_hit);
-                    }
-                    if state.rounds > 0 && state.predrafting != predraft {
-                        predrafting.counts.switched();
-                    }
-                    if let Some(last) = state
-                        .last_answer
-                        .filter(|l| one_round && l.url == lease.url())
-                    {
-                        predrafting.overlap.record(
-                            lease.url(),
-                            RoundCost {
-                                predrafted: last.predrafting,
-                                rows: last.rows,
-                                verify: started.saturating_duration_since(last.at),
-                                draft: answered.saturating_duration_since(started),
-                            },
-                        );
-                    }
-                }
-                let mut live = self.state();
-                live.rounds = wire_round;
-                live.resume = resume;
-                live.predrafting = predraft;
-                live.last_answer = Some(DraftAnswer {
-                    at: answered,
-                    url: lease.url().to_owned(),
-                    rows: drafts.len() + 1,
-                    predrafting: predraft,
-                });
-                Ok(drafts)
-            }
-            Err(failure) => {
-                if failure.error.code() != Some(Code::NotFound) {
-                    crate::detached::spawn(close_call(lease.client(), session_id));
-                }
-                {
-                    // The session is gone either way; a resync starts a new one.
-                    let mut live = self.state();
-                    live.lease = None;
-                    live.session_id = None;
-                }
-                let avoid = failure.avoid_endpoint;
-                let last = self.note_failure(&lease, failure)?;
-                resume.check(committed_len)?;
-                let tried = if avoid {
-                    vec![lease.url().to_owned()]
-                } else {
-                    Vec::new()
-                };
-                drop(lease);
-                self.resync(tried, last, wire, committed_len, resume).await
-            }
-        }
+        self.draft_round(request).await.map(|tree| tree.tokens)
+    }
+
+    async fn draft_tree(&self, request: DraftRequest<WireCarry>) -> Result<DraftTree, RemoteError> {
+        self.draft_round(request).await
     }
 
     async fn close(&self, _session: SessionId) -> Result<(), RemoteError> {

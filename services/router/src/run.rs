@@ -194,14 +194,10 @@ impl RouterState {
         let verifiers = match &self.backend {
             Backend::Remote(verifiers) => verifiers,
             Backend::InProcess(engine) => {
-                if !engine.speculates() {
-                    block = BlockSizeConfig::PLAIN;
-                } else if engine.verifies_trees() {
-                    // A tree's rows beside its deepest block stay within what the verifier
-                    // takes in one round.
-                    let room = self.limits.max_block_size.saturating_sub(block.requested);
-                    block = block.with_tree_nodes(self.config.tree_nodes.min(room));
-                }
+                block = match engine.speculates() {
+                    true => self.with_trees(block),
+                    false => BlockSizeConfig::PLAIN,
+                };
                 return run_in_process(
                     engine,
                     request(block),
@@ -243,6 +239,8 @@ impl RouterState {
                 let depth = info.max_draft_tokens + 1;
                 block.requested = block.requested.min(depth);
                 block.configured = block.configured.min(depth);
+                block = self.with_trees(block);
+                block.tree_nodes = block.tree_nodes.min(info.max_draft_tokens);
                 options.with_mtp_state = info.kind == DrafterKind::Mtp;
                 let verifier = self.sequence(verifiers, options, scope);
                 let session = RemoteSession::new(
@@ -310,6 +308,17 @@ impl RouterState {
         drafter: Option<&'a D>,
     ) -> RoundLoop<'a, RemoteSequence, D, TargetText> {
         RoundLoop::new(verifier, drafter, &*self.text).with_vocab_size(self.limits.vocab_size)
+    }
+
+    /// `block` with rounds that may verify up to `tree_nodes` branch drafts where the target
+    /// verifies trees; a tree's rows beside its deepest block stay within what the verifier
+    /// takes in one round.
+    fn with_trees(&self, block: BlockSizeConfig) -> BlockSizeConfig {
+        if !self.limits.verifies_trees {
+            return block;
+        }
+        let room = self.limits.max_block_size.saturating_sub(block.requested);
+        block.with_tree_nodes(self.config.tree_nodes.min(room))
     }
 
     fn block_config(&self, choice: BlockChoice) -> BlockSizeConfig {

@@ -372,7 +372,8 @@ impl VerifierPool {
         let serves = TargetLimits::from(stats);
         let mismatched = serves.vocab_size != self.target.vocab_size
             || serves.model != self.target.model
-            || serves.max_context_tokens != self.target.max_context_tokens;
+            || serves.max_context_tokens != self.target.max_context_tokens
+            || serves.verifies_trees != self.target.verifies_trees;
         let was = replica.mismatched.swap(mismatched, Ordering::Relaxed);
         if mismatched && !was {
             warn!(
@@ -381,7 +382,9 @@ impl VerifierPool {
                 vocab = serves.vocab_size,
                 expected_model = %self.target.model,
                 expected_vocab = self.target.vocab_size,
-                "verifier serves another target; not used"
+                verifies_trees = serves.verifies_trees,
+                "verifier serves another target (or verifies trees where the pool does not, or \
+                 the other way round); not used"
             );
         }
         // A failed replica stays out for its backoff, then is back once it answers.
@@ -463,6 +466,7 @@ mod tests {
                 max_context_tokens: 1024,
                 max_block_size: 8,
                 model: "m".into(),
+                verifies_trees: false,
             },
             reachable: watch::channel(true).0,
             affinity: PrefixAffinity::default(),

@@ -27,6 +27,7 @@ impl<T: TargetModel, D> LocalEngine<T, D> {
             max_context_tokens: target.max_context(),
             max_block_size: MAX_ROLLBACK + 1,
             model,
+            verifies_trees: target.supports_trees(),
         };
         Self {
             verifier,
@@ -51,10 +52,6 @@ where
 
     fn drafter_parallelism(&self) -> usize {
         usize::from(self.drafter.is_some())
-    }
-
-    fn verifies_trees(&self) -> bool {
-        self.verifier.local().target().supports_trees()
     }
 
     fn run(

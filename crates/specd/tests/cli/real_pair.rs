@@ -254,7 +254,8 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
         Service::start(&args)
     };
     // Overlap forced on: on one machine `auto` starts without pre-drafting, and this checks
-    // that pre-drafts are used and change nothing.
+    // that pre-drafts are used and change nothing (chains only: a tree round is not
+    // pre-drafted). Token trees are checked beside it.
     let draft_model = routed(&[
         "--drafters",
         &drafter.url,
@@ -262,9 +263,20 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
         "drafters",
         "--overlap",
         "on",
+        "--tree-nodes",
+        "0",
+    ]);
+    let trees = routed(&[
+        "--drafters",
+        &drafter.url,
+        "--draft",
+        "drafters",
+        "--tree-nodes",
+        "3",
     ]);
     let ngram = routed(&["--draft", "ngram"]);
     let mut draft_model = GenerationClient::new(draft_model.channel().await);
+    let mut trees = GenerationClient::new(trees.channel().await);
     let mut ngram = GenerationClient::new(ngram.channel().await);
 
     let cases = [
@@ -309,6 +321,15 @@ async fn split_services_on_the_real_pair_speculate_losslessly() {
         if temperature == 0.0 {
             assert!(stats.predraft_hits > 0, "no pre-draft was used: {stats:?}");
         }
+        let by_tree =
+            generate_via(&mut trees, request(&prompt, temperature, seed, Some(block))).await;
+        assert_eq!(
+            by_tree.token_ids, plain.token_ids,
+            "token-tree output differs for t {temperature} seed {seed}"
+        );
+        let stats = by_tree.stats.unwrap();
+        // Each request tries trees in its first rounds.
+        assert!(stats.tree_rounds > 0, "no tree round: {stats:?}");
         let by_ngram =
             generate_via(&mut ngram, request(&prompt, temperature, seed, Some(block))).await;
         assert_eq!(

@@ -21,6 +21,7 @@ use tracing::Span;
 use super::draft_round::{finish_round, prepare_round, Drafted, Prepared};
 use super::sessions::{SessionEntry, SharedEntry};
 use crate::engine::{DraftEngine, EngineInfo};
+use specd_core::DraftTree;
 
 /// The handle Draft handlers send their rounds through; the thread ends with the last one.
 pub(crate) struct DraftBatcher<S> {
@@ -134,12 +135,16 @@ fn draft_batch<E: DraftEngine>(
                 .in_scope(|| prepare_round(engine, info, guard, &job.request))
         })
         .collect();
-    let drafted = {
+    // Chains in one packed forward per step; a tree (rare beside chains: a router asks for
+    // one only where the target verifies trees) on its own.
+    let chains = {
         let mut jobs: Vec<_> = guards
             .iter_mut()
             .zip(&prepared)
             .filter_map(|(guard, prepared)| match prepared {
-                Ok(Prepared::Draft { step, .. }) => Some((&mut guard.session, *step)),
+                Ok(Prepared::Draft { step, key }) if key.tree_nodes == 0 => {
+                    Some((&mut guard.session, *step))
+                }
                 _ => None,
             })
             .collect();
@@ -149,17 +154,23 @@ fn draft_batch<E: DraftEngine>(
             engine.draft_many(&mut jobs)
         }
     };
-    let mut drafted = drafted.into_iter();
+    let mut chains = chains.into_iter();
     let mut answers = Vec::with_capacity(batch.len());
     for (guard, prepared) in guards.iter_mut().zip(prepared.drain(..)) {
         answers.push(match prepared {
             Ok(Prepared::Answered(drafted)) => Ok(drafted),
             Ok(Prepared::Draft { step, key }) => {
-                let result = drafted.next().unwrap_or_else(|| {
-                    Err(crate::engine::EngineError::Internal(
-                        "the engine answered fewer drafts than asked".into(),
-                    ))
-                });
+                let result = match key.tree_nodes {
+                    0 => chains
+                        .next()
+                        .unwrap_or_else(|| {
+                            Err(crate::engine::EngineError::Internal(
+                                "the engine answered fewer drafts than asked".into(),
+                            ))
+                        })
+                        .map(DraftTree::chain),
+                    nodes => engine.draft_tree(&mut guard.session, step, nodes as usize),
+                };
                 finish_round(engine, guard, step, key, result)
             }
             Err(status) => Err(status),

@@ -14,6 +14,7 @@ use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
 use crate::kv_deltas::concat_deltas;
 use crate::wire_kv::{committed_kv, model_hidden};
+use specd_core::DraftTree;
 
 /// Checks that need no session state: count, bonus and carry kind.
 pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result<(), Status> {
@@ -25,11 +26,16 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
         )));
     }
     check_ids(&[request.bonus], info.vocab_size, "bonus")?;
-    if request.predraft_branches as usize > info.max_draft_tokens {
-        return Err(Status::invalid_argument(format!(
-            "predraft_branches: must be at most {}, got {}",
-            info.max_draft_tokens, request.predraft_branches
-        )));
+    for (field, value) in [
+        ("predraft_branches", request.predraft_branches),
+        ("tree_nodes", request.tree_nodes),
+    ] {
+        if value as usize > info.max_draft_tokens {
+            return Err(Status::invalid_argument(format!(
+                "{field}: must be at most {}, got {value}",
+                info.max_draft_tokens
+            )));
+        }
     }
     if request.round == 0 {
         return Err(Status::invalid_argument("round: rounds start at 1"));
@@ -47,7 +53,8 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
 
 /// What one Draft answers.
 pub(crate) struct Drafted {
-    pub drafts: Vec<u32>,
+    /// A chain, or a tree where the request allowed branches.
+    pub drafts: DraftTree,
     /// The drafts came from the pre-draft of the previous round.
     pub predraft_hit: bool,
     /// ... from one of its rejection branches.
@@ -58,7 +65,11 @@ pub(crate) struct Drafted {
 /// round), or to be drafted.
 pub(crate) enum Prepared {
     Answered(Drafted),
-    Draft { step: DraftStep, key: StepKey },
+    /// To be drafted: a tree with up to `key.tree_nodes` branch drafts, or a chain.
+    Draft {
+        step: DraftStep,
+        key: StepKey,
+    },
 }
 
 /// Checks a Draft against its session and applies its carry. Blocking.
@@ -74,14 +85,15 @@ pub(crate) fn prepare_round<E: DraftEngine>(
         position: request.position,
         count: request.count,
         output_index_base: request.output_index_base,
+        tree_nodes: request.tree_nodes,
     };
     let next = entry.applied_round + 1;
     if request.round == entry.applied_round {
         if let Some((stored, drafts)) = &entry.answer {
             if *stored != key {
                 return Err(Status::failed_precondition(format!(
-                    "round: a retry of round {} must repeat its bonus, position, count and \
-                     output_index_base",
+                    "round: a retry of round {} must repeat its bonus, position, count, \
+                     output_index_base and tree_nodes",
                     request.round
                 )));
             }
@@ -122,14 +134,26 @@ pub(crate) fn finish_round<E: DraftEngine>(
     entry: &mut SessionEntry<E::Session>,
     step: DraftStep,
     key: StepKey,
-    drafted: Result<Vec<u32>, crate::engine::EngineError>,
+    drafted: Result<DraftTree, crate::engine::EngineError>,
 ) -> Result<Drafted, Status> {
     let mut drafts = drafted.map_err(status_of)?;
     let (predraft_hit, branch_hit) = (
         engine.predraft_hit(&entry.session),
         engine.predraft_branch_hit(&entry.session),
     );
-    drafts.truncate(step.count);
+    if drafts.is_chain() {
+        drafts.tokens.truncate(step.count);
+    } else if drafts.tokens.len() > step.count + key.tree_nodes as usize
+        || drafts.depth() > step.count
+    {
+        return Err(Status::internal(format!(
+            "the engine drafted {} tokens in {} levels; {} levels and {} branch drafts were asked",
+            drafts.tokens.len(),
+            drafts.depth(),
+            step.count,
+            key.tree_nodes
+        )));
+    }
     entry.answer = Some((key, drafts.clone()));
     Ok(Drafted {
         drafts,

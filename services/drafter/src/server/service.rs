@@ -134,8 +134,13 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         let (id, entry) = self.sessions.get(&request.session_id)?;
         // The session's committed tokens, then the drafts of this round; a pre-draft's
         // rejection branches each hold a copy.
-        let tokens = request.position as usize + 1 + request.count as usize;
+        let tokens =
+            request.position as usize + 1 + request.count as usize + request.tree_nodes as usize;
         let budget = self.config.max_kv_tokens;
+        // A tree round's next bonus could follow any of its branches: it is not pre-drafted.
+        if request.tree_nodes > 0 {
+            request.predraft = false;
+        }
         if !request.predraft {
             request.predraft_branches = 0;
         }
@@ -151,9 +156,10 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         // while the router verifies this round.
         let drafted = self.batcher.draft(entry, request).await?;
         let response = DraftResponse {
-            drafts: drafted.drafts,
+            drafts: drafted.drafts.tokens,
             predraft_hit: drafted.predraft_hit,
             predraft_branch_hit: drafted.branch_hit,
+            parents: drafted.drafts.parents,
         };
         propagation::set_current_attribute("drafted", response.drafts.len() as i64);
         record::wire_bytes("draft", Direction::Sent, response.encoded_len());

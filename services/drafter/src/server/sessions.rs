@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use specd_core::DraftTree;
 use specd_wire::ids::WireId;
 use tonic::Status;
 
@@ -19,6 +20,7 @@ pub(crate) struct StepKey {
     pub position: u32,
     pub count: u32,
     pub output_index_base: u32,
+    pub tree_nodes: u32,
 }
 
 /// One session: the engine state and the rounds applied to it.
@@ -27,7 +29,7 @@ pub(crate) struct SessionEntry<S> {
     /// Last round whose carry was applied (0 right after Open).
     pub applied_round: u64,
     /// Drafts of the applied round, once drafted.
-    pub answer: Option<(StepKey, Vec<u32>)>,
+    pub answer: Option<(StepKey, DraftTree)>,
     pub last_used: Instant,
 }
 

@@ -81,6 +81,7 @@ fn round_one(session_id: String, context_len: usize, bonus: u32, count: u32) -> 
         carry: Some(draft_request::Carry::Tokens(TokenCarry::default())),
         predraft: false,
         predraft_branches: 0,
+        tree_nodes: 0,
     }
 }
 

@@ -101,6 +101,7 @@ fn token_draft(session_id: &str, position: u32, count: u32) -> DraftRequest {
         carry: Some(draft_request::Carry::Tokens(TokenCarry::default())),
         predraft: false,
         predraft_branches: 0,
+        tree_nodes: 0,
     }
 }
 

@@ -82,6 +82,7 @@ fn draft_request(
         })),
         predraft: false,
         predraft_branches: 0,
+        tree_nodes: 0,
     }
 }
 

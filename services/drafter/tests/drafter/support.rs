@@ -178,6 +178,7 @@ pub fn mtp_draft(
         })),
         predraft: false,
         predraft_branches: 0,
+        tree_nodes: 0,
     }
 }
 

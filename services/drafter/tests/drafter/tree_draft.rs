@@ -97,3 +97,112 @@ fn tree_sessions_propose_what_chain_sessions_do_after_any_path() {
     assert!(branched_rounds > 5, "{branched_rounds}");
     assert!(took_a_branch > 2, "{took_a_branch}");
 }
+
+mod over_grpc {
+    use std::sync::Arc;
+
+    use specd_core::DraftTree;
+    use specd_drafter::DrafterServerConfig;
+    use specd_wire::drafter::{draft_request, DraftRequest, DraftResponse, OpenHeader, TokenCarry};
+    use specd_wire::Sampling;
+    use tonic::Code;
+
+    use super::{engine, first_child_path};
+    use crate::qwen2_support::{TempGguf, TinySpec};
+    use crate::support::{open_messages, sampling, TestDrafter};
+
+    fn round(session_id: &str, round: u64, position: u32, tree_nodes: u32) -> DraftRequest {
+        DraftRequest {
+            session_id: session_id.to_owned(),
+            round,
+            bonus: 9,
+            position,
+            count: 4,
+            output_index_base: 0,
+            carry: Some(draft_request::Carry::Tokens(TokenCarry {
+                committed: vec![],
+            })),
+            // Ignored for a tree round.
+            predraft: true,
+            predraft_branches: 2,
+            tree_nodes,
+        }
+    }
+
+    /// A session opened on `context`, drafting greedily.
+    async fn open(server: &TestDrafter, context: &[u32]) -> String {
+        let header = OpenHeader {
+            sampling: Some(Sampling {
+                temperature: 0.0,
+                ..sampling().unwrap()
+            }),
+            committed_len: context.len() as u32,
+            context_ids: context.to_vec(),
+            cache_scope: String::new(),
+        };
+        let mut client = server.client().await;
+        client
+            .open(tokio_stream::iter(open_messages(header, None)))
+            .await
+            .unwrap()
+            .into_inner()
+            .session_id
+    }
+
+    async fn draft(
+        server: &TestDrafter,
+        request: DraftRequest,
+    ) -> Result<DraftResponse, tonic::Status> {
+        let mut client = server.client().await;
+        Ok(client.draft(request).await?.into_inner())
+    }
+
+    /// A draft-model drafter service answers `tree_nodes` with a tree (drafts and parents)
+    /// that holds the chain it drafts without, repeats it for a retry, and names the field
+    /// when the request asks for more branches than it drafts.
+    #[tokio::test]
+    async fn a_draft_model_service_drafts_trees_on_request() {
+        let file = TempGguf::tiny("tree-draft-grpc", &TinySpec::default());
+        let server =
+            TestDrafter::start_engine(Arc::new(engine(&file)), DrafterServerConfig::default())
+                .await;
+        let context = [1u32, 2, 3, 4, 5, 6];
+        let position = context.len() as u32 - 1;
+        let (chains, trees) = (open(&server, &context).await, open(&server, &context).await);
+        let chain = draft(&server, round(&chains, 1, position, 0))
+            .await
+            .unwrap();
+        assert!(chain.parents.is_empty());
+        let tree = draft(&server, round(&trees, 1, position, 5)).await.unwrap();
+        assert!(!tree.predraft_hit);
+        let tree = DraftTree {
+            tokens: tree.drafts,
+            parents: tree.parents,
+        };
+        tree.check().unwrap();
+        assert!(tree.depth() <= 4 && tree.tokens.len() <= 4 + 5, "{tree:?}");
+        assert!(
+            tree.tokens.len() > chain.drafts.len(),
+            "no branch: {tree:?}"
+        );
+        assert_eq!(first_child_path(&tree), chain.drafts, "{tree:?}");
+
+        // A retry repeats the tree; the same round with another budget is a conflict.
+        let again = draft(&server, round(&trees, 1, position, 5)).await.unwrap();
+        assert_eq!(
+            (&again.drafts, &again.parents),
+            (&tree.tokens, &tree.parents)
+        );
+        let err = draft(&server, round(&trees, 1, position, 2))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+        assert!(err.message().contains("tree_nodes"), "{err}");
+
+        let err = draft(&server, round(&trees, 2, position, 100))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        assert!(err.message().contains("tree_nodes"), "{err}");
+    }
+}

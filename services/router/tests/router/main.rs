@@ -15,6 +15,7 @@ mod overlap;
 mod prefix_cache;
 mod streaming;
 mod text;
+mod trees;
 
 #[path = "../../../drafter/tests/random_engine/mod.rs"]
 mod random_engine;

@@ -166,6 +166,7 @@ impl<T: TargetModel> Verifier for VerifierService<T> {
                 prefix_cache_lookups: totals.lookups,
                 prefix_cache_evictions: totals.evictions,
                 placement: Some(Placement::of_this_process()),
+                verifies_trees: target.supports_trees(),
             })
         })
         .await

@@ -10,7 +10,7 @@ use candle_core::Device;
 use specd_models::qwen2::Qwen2Model;
 use specd_verifier::server::VerifierServerConfig;
 use specd_verifier::{LocalVerifier, Qwen2Target, VerifierLimits};
-use specd_wire::verifier::VerifierClient;
+use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
 use specd_wire::Sampling;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -142,6 +142,13 @@ async fn malformed_trees_are_refused_naming_parents() {
     let spec = TinySpec::default();
     let file = TempGguf::tiny("verifier-bad-trees", &spec);
     let (mut client, _server) = qwen2_server(&file).await;
+    // Routers learn from Stats that this target takes trees.
+    let stats = client
+        .stats(VerifierStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stats.verifies_trees);
     let prompt = [3u32, 4, 5];
     let head = prefill(&mut client, prefill_request(&prompt, false))
         .await
@@ -164,6 +171,12 @@ async fn malformed_trees_are_refused_naming_parents() {
 async fn a_target_that_verifies_chains_only_refuses_trees() {
     let server = TestVerifier::start().await;
     let mut client = server.client().await;
+    let stats = client
+        .stats(VerifierStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stats.verifies_trees, "{stats:?}");
     let head = prefill(&mut client, prefill_request(&[2, 3, 4], false))
         .await
         .unwrap()
