@@ -6,7 +6,10 @@ load drifts hit every mode alike): the defaults (adaptive block size, chains vs 
 3 branch drafts, each request choosing per round), and fixed shapes of equal verify width (a
 chain of 4 drafts against a tree of 2 levels and up to 2 branch drafts: 5 rows each). Reports,
 per kind and mode, tokens per round, speculative / plain decode speed (medians of per-rep
-ratios, plain measured in the same rep) and whether every output equals plain.
+ratios, plain measured in the same rep) and whether every output equals plain. `--draft`
+picks the drafting: the draft model (the default), prompt lookup in front of it (`hybrid`), or
+prompt lookup alone (`ngram`, whose trees hold what followed other occurrences of the matched
+n-gram).
 """
 
 import argparse
@@ -41,7 +44,9 @@ def generate(args, prompt, flags):
         "--max-tokens", str(args.max_tokens), "--json",
     ]
     if flags != ["--no-draft"]:
-        command += ["--draft", "draft-model", "--drafter", args.drafter]
+        command += ["--draft", args.draft]
+        if args.draft != "ngram":
+            command += ["--drafter", args.drafter]
     out = subprocess.run(command + flags, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -55,6 +60,10 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--kinds", default="")
+    parser.add_argument("--draft", default="draft-model",
+                        choices=["draft-model", "hybrid", "ngram"],
+                        help="how rounds draft: the draft model, prompt lookup in front of it, "
+                             "or prompt lookup alone")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 

@@ -5,7 +5,8 @@
 #
 # Usage: tools/bench_trees.sh [OUT_DIR]
 # Environment: MAX_TOKENS (default 128), REPS (default 3), KINDS (e.g. prose,code; default
-#   all), SPECD_MODEL_DIR, CARGO_TARGET_DIR.
+#   all), DRAFT (draft-model, hybrid or ngram; default draft-model), SPECD_MODEL_DIR,
+#   CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,7 @@ mkdir -p "$out"
 python3 "$repo/tools/bench_trees.py" --specd "$bin/specd" --specd-bench "$bin/specd-bench" \
     --target "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
     --drafter "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
-    --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-3}" --kinds "${KINDS:-}" --out "$out"
+    --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-3}" --kinds "${KINDS:-}" \
+    --draft "${DRAFT:-draft-model}" --out "$out"
 echo "load after: $(uptime)" | tee -a "$out/machine.txt"
 echo "bench_trees: results in $out" >&2

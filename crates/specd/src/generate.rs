@@ -396,8 +396,12 @@ impl<T: TargetModel> Generation<'_, T> {
                         BlockSizeConfig::adaptive(4, 4).with_cost_aware(!args.no_auto_speculation)
                     }
                 };
-                // A tree's rows beside its deepest block stay within one verify round.
-                let room = (MAX_ROLLBACK + 1).saturating_sub(block.requested);
+                // A tree's rows beside its deepest block stay within one verify round; a
+                // target that verifies chains only gets chains.
+                let room = match verifier.target().supports_trees() {
+                    true => (MAX_ROLLBACK + 1).saturating_sub(block.requested),
+                    false => 0,
+                };
                 block.with_tree_nodes((args.tree_nodes as usize).min(room))
             }
         };

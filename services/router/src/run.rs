@@ -231,7 +231,7 @@ impl RouterState {
             Drafting::Lookup(lookup) => {
                 let verifier = self.sequence(verifiers, options, scope);
                 self.round_loop(&verifier, Some(&**lookup))
-                    .run_constrained(request(block), constraint, sink, control)
+                    .run_constrained(request(self.with_trees(block)), constraint, sink, control)
                     .await
             }
             Drafting::Service(pool, lease) => {

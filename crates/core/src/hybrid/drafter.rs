@@ -45,7 +45,8 @@ type Sessions<C> = DashMap<SessionId, Arc<Mutex<Session<C>>>>;
 
 /// What a draft call does once the session's index has taken in the request.
 enum Route<C> {
-    Lookup(Vec<u32>),
+    /// Lookup drafts: a chain, or a tree where the round may branch.
+    Lookup(DraftTree),
     Inner(DraftRequest<C>),
 }
 
@@ -160,10 +161,14 @@ impl<D: Drafter> HybridDrafter<D> {
         state.committed.extend(committed_tokens);
         let streak_left = state.carries.len() <= MAX_SKIPPED_ROUNDS;
         let lookup = streak_left
-            .then(|| state.index.lookup(bonus, count, &self.lookup))
+            .then(|| {
+                state
+                    .index
+                    .lookup_tree(bonus, count, tree_nodes, &self.lookup)
+            })
             .flatten();
         if let Some((found, drafts)) = lookup {
-            trace!(%session, round, matched = found.len, drafted = drafts.len(), "lookup drafts");
+            trace!(%session, round, matched = found.len, drafted = drafts.tokens.len(), "lookup drafts");
             return Ok(Route::Lookup(drafts));
         }
         trace!(%session, round, rounds = state.carries.len(), "inner drafter drafts");
@@ -209,7 +214,7 @@ impl<D: Drafter> Drafter for HybridDrafter<D> {
 
     async fn draft(&self, request: DraftRequest<D::Carry>) -> Result<Vec<u32>, Self::Error> {
         match self.route(request)? {
-            Route::Lookup(drafts) => Ok(drafts),
+            Route::Lookup(drafts) => Ok(drafts.tokens),
             Route::Inner(request) => self
                 .inner
                 .draft(request)
@@ -218,10 +223,11 @@ impl<D: Drafter> Drafter for HybridDrafter<D> {
         }
     }
 
-    /// Lookup drafts a chain; the inner drafter may branch.
+    /// Lookup branches where other occurrences of its n-gram went elsewhere; the inner
+    /// drafter where it can.
     async fn draft_tree(&self, request: DraftRequest<D::Carry>) -> Result<DraftTree, Self::Error> {
         match self.route(request)? {
-            Route::Lookup(drafts) => Ok(DraftTree::chain(drafts)),
+            Route::Lookup(drafts) => Ok(drafts),
             Route::Inner(request) => self
                 .inner
                 .draft_tree(request)
@@ -369,6 +375,31 @@ mod tests {
             [14, 15, 16]
         );
         assert_eq!(drafter.inner().log().drafts.len(), 1);
+    }
+
+    /// Where the round may branch and the matched n-gram occurred before with another
+    /// follower, lookup drafts a tree; the inner drafter's chains come through as trees.
+    #[test]
+    fn lookup_branches_where_the_context_went_elsewhere_before() {
+        // 0 1 2 3 4 (a match long enough for lookup) was followed by 8 9, later by 5 6.
+        let prompt = [0, 1, 2, 3, 4, 8, 9, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3];
+        let drafter = TestDrafter::with_default_lookup(Recorder::default());
+        open(&drafter, 1, &prompt).unwrap();
+        let tree = now(drafter.draft_tree(DraftRequest {
+            session: SessionId(1),
+            round: 1,
+            bonus: 4,
+            carries: vec!["r0"],
+            committed_tokens: Vec::new(),
+            committed_len: prompt.len(),
+            output_index_base: 0,
+            count: 2,
+            tree_nodes: 2,
+        }))
+        .unwrap();
+        assert_eq!(tree.tokens, [5, 6, 8, 9]);
+        assert_eq!(tree.parents, [0, 1, 0, 3]);
+        assert!(drafter.inner().log().drafts.is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::index::SuffixIndex;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
 use crate::sync::lock;
+use crate::tree::DraftTree;
 
 /// Prompt-lookup drafter for any verifier: it ignores the carries and drafts from the prompt
 /// and the committed tokens alone.
@@ -63,7 +64,9 @@ impl<C> NgramDrafter<C> {
         }
     }
 
-    fn draft_now(&self, request: &DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
+    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts where other
+    /// occurrences of the matched n-gram went elsewhere, else a chain.
+    fn draft_now(&self, request: &DraftRequest<C>) -> Result<DraftTree, NgramDrafterError> {
         let session = request.session;
         // The table's shard is held only for the clone of the session's handle.
         let index = self
@@ -82,8 +85,15 @@ impl<C> NgramDrafter<C> {
                 held,
                 sent: request.committed_tokens.len(),
             })?;
-        let drafts = index.propose(request.bonus, request.count, &self.config);
-        trace!(%session, round = request.round, drafted = drafts.len(), "ngram drafts");
+        let drafts = index
+            .lookup_tree(
+                request.bonus,
+                request.count,
+                request.tree_nodes,
+                &self.config,
+            )
+            .map_or_else(DraftTree::default, |(_, tree)| tree);
+        trace!(%session, round = request.round, drafted = drafts.tokens.len(), "ngram drafts");
         Ok(drafts)
     }
 
@@ -112,6 +122,14 @@ impl<C: Send> Drafter for NgramDrafter<C> {
     }
 
     async fn draft(&self, request: DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
+        let request = DraftRequest {
+            tree_nodes: 0,
+            ..request
+        };
+        self.draft_now(&request).map(|tree| tree.tokens)
+    }
+
+    async fn draft_tree(&self, request: DraftRequest<C>) -> Result<DraftTree, NgramDrafterError> {
         self.draft_now(&request)
     }
 
@@ -176,6 +194,32 @@ mod tests {
         assert_eq!(draft(&drafter, 1, 1, &[3, 4], 8, 2).unwrap(), [2, 3]);
         // Nothing like 9 was seen: no drafts, and the round goes on with fewer.
         assert!(draft(&drafter, 1, 9, &[1], 9, 3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_round_that_may_branch_gets_what_followed_other_occurrences() {
+        let drafter = TestDrafter::default();
+        // 2 3 4 was followed by 8 9, later by 5 6.
+        open(&drafter, 1, &[2, 3, 4, 8, 9, 2, 3, 4, 5, 6, 2, 3]).unwrap();
+        let request = |tree_nodes| DraftRequest {
+            session: SessionId(1),
+            round: 1,
+            bonus: 4,
+            carries: vec![OpaqueCarry],
+            committed_tokens: Vec::new(),
+            committed_len: 12,
+            output_index_base: 1,
+            count: 2,
+            tree_nodes,
+        };
+        let tree = now(drafter.draft_tree(request(3))).unwrap();
+        assert_eq!(
+            (tree.tokens, tree.parents),
+            (vec![5, 6, 8, 9], vec![0, 1, 0, 3])
+        );
+        // Without branches, or through draft(), the chain of the most recent occurrence.
+        assert!(now(drafter.draft_tree(request(0))).unwrap().is_chain());
+        assert_eq!(now(drafter.draft(request(3))).unwrap(), [5, 6]);
     }
 
     #[test]

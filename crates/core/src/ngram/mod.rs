@@ -5,8 +5,10 @@
 //! are the tokens that followed that occurrence (the most recent one). The longer the match,
 //! the more drafts it earns ([`NgramConfig`]). On repetitive text (code, quotes of the
 //! prompt, edits of a given file, lists) they are often the target's own choices; elsewhere
-//! nothing long matches and the round simply verifies fewer drafts. The drafter runs inside
-//! the router or embedded process: it needs no carry and no drafter service.
+//! nothing long matches and the round simply verifies fewer drafts. Where the round may
+//! verify a token tree and the matched n-gram occurred more than once, what followed its
+//! other occurrences branches off the chain. The drafter runs inside the router or embedded
+//! process: it needs no carry and no drafter service.
 
 mod automaton;
 mod config;
@@ -15,6 +17,7 @@ mod drafter;
 mod edges;
 mod error;
 mod index;
+mod lookup_tree;
 
 pub use config::{NgramConfig, NgramConfigError, NGRAM_LIMIT};
 pub use drafter::NgramDrafter;
