@@ -50,6 +50,8 @@ struct SessionState {
     cache_scope: String,
     /// The last Draft asked the drafter to pre-draft this round.
     predrafting: bool,
+    /// Overlap was on for the last Draft (it pre-drafted unless its round was a tree).
+    overlap_on: bool,
     /// The last Draft's answer, whose round the next call measures.
     last_answer: Option<DraftAnswer>,
 }
@@ -135,6 +137,7 @@ impl<'a> RemoteSession<'a> {
                 sampling: None,
                 cache_scope: String::new(),
                 predrafting: false,
+                overlap_on: false,
                 last_answer: None,
             }),
             opening: Arc::default(),
@@ -313,6 +316,7 @@ impl<'a> RemoteSession<'a> {
                 ..wire.clone()
             };
             let predrafting = first.predraft;
+            let overlap_on = self.state().overlap_on;
             match self.draft_on(&lease, first).await {
                 Ok(Answer { drafts, .. }) => {
                     self.claim(&session_id);
@@ -329,6 +333,7 @@ impl<'a> RemoteSession<'a> {
                         sampling: Some(sampling),
                         cache_scope,
                         predrafting,
+                        overlap_on,
                         last_answer: None,
                     };
                     return Ok(drafts);
@@ -366,11 +371,12 @@ impl<'a> RemoteSession<'a> {
         let tree_nodes = u32::try_from(request.tree_nodes)
             .unwrap_or(u32::MAX)
             .min(max_drafts);
-        let predraft = tree_nodes == 0
-            && self.predraft.as_ref().is_some_and(|p| {
-                p.overlap
-                    .predraft(lease.url(), || p.shares_cores(lease.placement().as_ref()))
-            });
+        let overlap_on = self.predraft.as_ref().is_some_and(|p| {
+            p.overlap
+                .predraft(lease.url(), || p.shares_cores(lease.placement().as_ref()))
+        });
+        // A tree round's next bonus could follow any branch: it is not pre-drafted.
+        let predraft = overlap_on && tree_nodes == 0;
         let (carry, resume) = state
             .resume
             .advance(request.carries, request.committed_tokens)?;
@@ -402,7 +408,8 @@ impl<'a> RemoteSession<'a> {
                     if state.predrafting {
                         predrafting.counts.record(hit, branch_hit);
                     }
-                    if state.rounds > 0 && state.predrafting != predraft {
+                    // Overlap decisions and probes switch, not a tree round between chains.
+                    if state.rounds > 0 && state.overlap_on != overlap_on {
                         predrafting.counts.switched();
                     }
                     if let Some(last) = state
@@ -424,6 +431,7 @@ impl<'a> RemoteSession<'a> {
                 live.rounds = wire_round;
                 live.resume = resume;
                 live.predrafting = predraft;
+                live.overlap_on = overlap_on;
                 live.last_answer = Some(DraftAnswer {
                     at: answered,
                     url: lease.url().to_owned(),
@@ -437,10 +445,12 @@ impl<'a> RemoteSession<'a> {
                     crate::detached::spawn(close_call(lease.client(), session_id));
                 }
                 {
-                    // The session is gone either way; a resync starts a new one.
+                    // The session is gone either way; a resync starts a new one (with this
+                    // round's overlap decision).
                     let mut live = self.state();
                     live.lease = None;
                     live.session_id = None;
+                    live.overlap_on = overlap_on;
                 }
                 let avoid = failure.avoid_endpoint;
                 let last = self.note_failure(&lease, failure)?;

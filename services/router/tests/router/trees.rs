@@ -31,19 +31,24 @@ async fn split_services_verify_drafted_trees_losslessly() {
     ))
     .await;
     let text = fixture("target-full");
-    let router = |tree_nodes| {
+    let router = |tree_nodes, overlap| {
         let config = RouterConfig {
             tree_nodes,
-            // Overlapping or not, a tree round is not pre-drafted; this keeps rounds alike.
-            overlap: OverlapMode::Off,
+            overlap,
             ..RouterConfig::default()
         };
         let source = DraftSource::Remote(vec![drafter.url()]);
         start_router_with(&verifier, source, &text, config)
     };
-    let (trees, chains) = (router(3).await, router(0).await);
+    let (trees, chains, overlapped) = (
+        router(3, OverlapMode::Off).await,
+        router(0, OverlapMode::Off).await,
+        // Overlap on: chain rounds pre-draft, tree rounds do not.
+        router(3, OverlapMode::On).await,
+    );
     let mut trees = GenerationClient::new(trees.channel().await);
     let mut chains = GenerationClient::new(chains.channel().await);
+    let mut overlapped = GenerationClient::new(overlapped.channel().await);
     let mut with_trees = 0;
     for (temperature, seed) in [(0.0, 0), (0.9, 5), (0.9, 6)] {
         let request = |block| {
@@ -56,6 +61,15 @@ async fn split_services_verify_drafted_trees_losslessly() {
         let plain = generate(&mut chains, request(None)).await.unwrap();
         let tree = generate(&mut trees, request(Some(4))).await.unwrap();
         let chain = generate(&mut chains, request(Some(4))).await.unwrap();
+        let beside = generate(&mut overlapped, request(Some(4))).await.unwrap();
+        assert_eq!(
+            beside.token_ids, plain.token_ids,
+            "overlapped, t {temperature} seed {seed}"
+        );
+        // Tree rounds between chains are not overlap switches: with overlap forced on there
+        // are none.
+        let beside = beside.stats.unwrap();
+        assert_eq!(beside.overlap_switches, 0, "{beside:?}");
         assert_eq!(
             tree.token_ids, plain.token_ids,
             "t {temperature} seed {seed}"
