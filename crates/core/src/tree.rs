@@ -44,6 +44,12 @@ impl DraftTree {
         depths.into_iter().max().unwrap_or(0)
     }
 
+    /// Whether the tree stays within `levels` levels and `levels + branch_drafts` drafts (what
+    /// a round asked for).
+    pub fn fits(&self, levels: usize, branch_drafts: usize) -> bool {
+        self.tokens.len() <= levels + branch_drafts && self.depth() <= levels
+    }
+
     /// Why this is not a tree of distinct siblings, if it is not.
     pub fn check(&self) -> Result<(), String> {
         check_parents(&self.tokens, &self.parents)

@@ -228,12 +228,12 @@ fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
         .with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
 
     let special = add_gguf_special_tokens(&mut inner, &tokens, types)?;
-    if let Some(bos) = bos_to_add(metadata, &tokens)? {
+    if let Some((bos, id)) = bos_to_add(metadata, &tokens)? {
         let processor = TemplateProcessing::builder()
             .try_single(format!("{bos} $A"))
             .and_then(|b| b.try_pair(format!("{bos} $A {bos} $B")))
             .map_err(|e| TextError::tokenizer("the BOS template", e))?
-            .special_tokens(vec![(bos.to_string(), bos_id(metadata)?)])
+            .special_tokens(vec![(bos.to_string(), id)])
             .build()
             .map_err(|e| TextError::tokenizer("the BOS template", e))?;
         inner.with_post_processor(Some(processor));
@@ -246,30 +246,27 @@ fn byte_level_bpe(metadata: &Metadata) -> Result<Tokenizer> {
     Ok(inner)
 }
 
-/// The BOS token a text prompt starts with, where `tokenizer.ggml.add_bos_token` asks for one
-/// (Llama 3; Qwen2's files say false or nothing).
-fn bos_to_add<'a>(metadata: &Metadata, tokens: &[&'a str]) -> Result<Option<&'a str>> {
+/// The BOS token (and its id) a text prompt starts with, where
+/// `tokenizer.ggml.add_bos_token` asks for one (Llama 3; Qwen2's files say false or nothing).
+fn bos_to_add<'a>(metadata: &Metadata, tokens: &[&'a str]) -> Result<Option<(&'a str, u32)>> {
     if !matches!(
         metadata.get("tokenizer.ggml.add_bos_token"),
         Some(Value::Bool(true))
     ) {
         return Ok(None);
     }
-    let id = bos_id(metadata)?;
-    tokens.get(id as usize).copied().map(Some).ok_or_else(|| {
-        TextError::field(
-            "tokenizer.ggml.bos_token_id",
-            format!("{id} is past the {} tokens", tokens.len()),
-        )
-    })
-}
-
-fn bos_id(metadata: &Metadata) -> Result<u32> {
     let field = "tokenizer.ggml.bos_token_id";
     let value = metadata.get(field).ok_or_else(|| TextError::MissingField {
         field: field.into(),
     })?;
-    Ok(value_usize(value, field)? as u32)
+    let id = value_usize(value, field)?;
+    match tokens.get(id) {
+        Some(&bos) => Ok(Some((bos, id as u32))),
+        None => Err(TextError::field(
+            field,
+            format!("{id} is past the {} tokens", tokens.len()),
+        )),
+    }
 }
 
 /// `tokenizer.ggml.tokens` and their `tokenizer.ggml.token_type`, one type per token.

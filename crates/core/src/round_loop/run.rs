@@ -614,7 +614,7 @@ where
                 return DraftTree::default();
             }
         };
-        let wrong = if drafts.tokens.len() > count + tree_nodes || drafts.depth() > count {
+        let wrong = if !drafts.fits(count, tree_nodes) {
             Some(format!(
                 "asked for {count} drafts and {tree_nodes} branch drafts, got {} in {} levels",
                 drafts.tokens.len(),

@@ -143,9 +143,7 @@ pub(crate) fn finish_round<E: DraftEngine>(
     );
     if drafts.is_chain() {
         drafts.tokens.truncate(step.count);
-    } else if drafts.tokens.len() > step.count + key.tree_nodes as usize
-        || drafts.depth() > step.count
-    {
+    } else if !drafts.fits(step.count, key.tree_nodes as usize) {
         return Err(Status::internal(format!(
             "the engine drafted {} tokens in {} levels; {} levels and {} branch drafts were asked",
             drafts.tokens.len(),
