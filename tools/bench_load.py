@@ -53,8 +53,8 @@ def start_split(args, out):
     pin = (lambda core: ["taskset", "-c", str(core)]) if args.pin else (lambda core: [])
     one_thread = ["--threads", "1"] if args.pin else []
     verifier = spawn([*pin(0), args.specd, "serve", "verifier", "--target", args.target,
-                      *one_thread, "--prefix-cache-bytes", "0", "--listen", "127.0.0.1:0"],
-                     log, env)
+                      *one_thread, "--prefix-cache-bytes", "0", "--listen", "127.0.0.1:0",
+                      *args.verifier_args], log, env)
     v_addr = read_line(verifier, "listening on ", log)
     drafter = spawn([*pin(1), args.specd, "serve", "drafter", "--drafter", args.drafter,
                      "--target", args.target, *one_thread, "--prefix-cache-bytes", "0",
@@ -195,6 +195,8 @@ def main():
                         help="comma-separated: llama, split, one-process")
     parser.add_argument("--router-arg", action="append", default=[], dest="router_args",
                         help="an extra argument of the split router (repeat)")
+    parser.add_argument("--verifier-arg", action="append", default=[], dest="verifier_args",
+                        help="an extra argument of the split verifier (repeat)")
     args = parser.parse_args()
     args.threads_given = args.threads is not None
     if args.threads is None:

@@ -1,5 +1,6 @@
-//! A drafter engine of the drafter service run in this process for `specd generate`: fed the
-//! verifier's carries directly instead of over gRPC, behind core's [`Drafter`].
+//! A drafter engine of the drafter service run in this process (`specd generate` and the
+//! one-process server): fed the verifier's carries directly instead of over gRPC, behind
+//! core's [`Drafter`].
 
 use std::sync::{Arc, Mutex};
 
@@ -8,6 +9,8 @@ use specd_core::sync::lock;
 use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
 use specd_drafter::{DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource};
 use specd_verifier::TargetCarry;
+
+use crate::drafting_thread::DraftingThread;
 
 /// How an engine's sessions are fed from the in-process verifier's carries.
 pub trait InProcessCarry: DraftEngine {
@@ -24,30 +27,41 @@ pub trait InProcessCarry: DraftEngine {
     ) -> Result<Vec<DraftCarry>, EngineError>;
 }
 
+/// A session behind its own lock.
+type SharedSession<S> = Arc<Mutex<S>>;
+
 pub struct EmbeddedDrafter<E: DraftEngine> {
-    engine: E,
+    engine: Arc<E>,
     /// Each session behind its own lock: sessions draft beside each other, and the table is
     /// held only to find one.
-    sessions: DashMap<SessionId, Arc<Mutex<E::Session>>>,
+    sessions: Arc<DashMap<SessionId, SharedSession<E::Session>>>,
     /// The model runs on the calling task's worker thread, which tells the async runtime
     /// first (a server's multi-threaded runtime keeps serving other tasks meanwhile).
     in_place: bool,
+    /// Where a server drafts its concurrent requests together (`None`: each on its caller).
+    drafting: Option<DraftingThread<E::Session>>,
 }
 
 impl<E: InProcessCarry> EmbeddedDrafter<E> {
     pub fn new(engine: E) -> Self {
         Self {
-            engine,
-            sessions: DashMap::new(),
+            engine: Arc::new(engine),
+            sessions: Arc::new(DashMap::new()),
             in_place: false,
+            drafting: None,
         }
     }
 
-    /// Runs opens and drafts through `tokio::task::block_in_place`, for a server whose
-    /// requests share a multi-threaded runtime.
-    pub fn blocking_in_place(mut self) -> Self {
+    /// For a server whose requests share a multi-threaded runtime: opens and carries run
+    /// through `tokio::task::block_in_place`, and the rounds of concurrent requests are
+    /// drafted together on a drafting thread.
+    pub fn serving(mut self) -> std::io::Result<Self> {
         self.in_place = true;
-        self
+        let sessions = self.sessions.clone();
+        self.drafting = Some(DraftingThread::start(self.engine.clone(), move || {
+            sessions.len()
+        })?);
+        Ok(self)
     }
 
     fn compute<R>(&self, work: impl FnOnce() -> R) -> R {
@@ -91,21 +105,22 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         Ok(())
     }
 
-    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts where the
-    /// request allows one.
-    fn draft_now(&self, request: DraftRequest<TargetCarry>) -> Result<DraftTree, EngineError> {
-        let carries = self.engine.carries_of(&request)?;
+    /// Applies the round's carries to its session: the session and the step to draft.
+    fn prepare(
+        &self,
+        request: &DraftRequest<TargetCarry>,
+    ) -> Result<(SharedSession<E::Session>, DraftStep), EngineError> {
+        let carries = self.engine.carries_of(request)?;
         let entry = self
             .sessions
             .get(&request.session)
             .map(|entry| entry.value().clone())
             .ok_or_else(|| EngineError::mismatch("session", "not open"))?;
         let mut session = lock(&entry);
-        let session = &mut *session;
         for carry in carries {
-            self.engine.apply(session, carry)?;
+            self.engine.apply(&mut session, carry)?;
         }
-        let held = self.engine.committed_len(session);
+        let held = self.engine.committed_len(&session);
         if held != request.committed_len {
             return Err(EngineError::mismatch(
                 "committed_len",
@@ -122,9 +137,24 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
             output_index_base: request.output_index_base,
             branches: 0,
         };
+        drop(session);
+        Ok((entry, step))
+    }
+
+    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts where the
+    /// request allows one.
+    async fn draft_round(
+        &self,
+        request: DraftRequest<TargetCarry>,
+    ) -> Result<DraftTree, EngineError> {
+        let (session, step) = self.compute(|| self.prepare(&request))?;
+        if let Some(drafting) = &self.drafting {
+            return drafting.draft(session, step, request.tree_nodes).await;
+        }
+        let mut session = lock(&session);
         match request.tree_nodes {
-            0 => self.engine.draft(session, step).map(DraftTree::chain),
-            nodes => self.engine.draft_tree(session, step, nodes),
+            0 => self.engine.draft(&mut session, step).map(DraftTree::chain),
+            nodes => self.engine.draft_tree(&mut session, step, nodes),
         }
     }
 }
@@ -142,14 +172,14 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
             tree_nodes: 0,
             ..request
         };
-        self.compute(|| self.draft_now(request).map(|tree| tree.tokens))
+        self.draft_round(request).await.map(|tree| tree.tokens)
     }
 
     async fn draft_tree(
         &self,
         request: DraftRequest<TargetCarry>,
     ) -> Result<DraftTree, EngineError> {
-        self.compute(|| self.draft_now(request))
+        self.draft_round(request).await
     }
 
     async fn close(&self, session: SessionId) -> Result<(), EngineError> {

@@ -6,6 +6,7 @@
 
 pub mod device;
 pub mod draft;
+mod drafting_thread;
 pub mod embedded_draft_model;
 pub mod embedded_drafter;
 pub mod embedded_mtp;

@@ -1,6 +1,7 @@
 //! The drafter side of specd: per-session drafter state behind the `specd.v1.Drafter` gRPC
 //! service, generic over the model that drafts ([`DraftEngine`]).
 //!
+//! * [`batch`]: drafting several sessions' rounds together (one packed forward per step).
 //! * [`engine`]: the engine trait and what it is handed (snapshot, per-round carry, step).
 //! * [`mtp`]: the Gemma 4 assistant (multi-token prediction) engine, whose shared-K/V mirror
 //!   is the assistant's own (`specd_models::gemma4_assistant::SharedKvMirror`).
@@ -14,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod draft_model;
 pub mod engine;
 pub mod kv_deltas;

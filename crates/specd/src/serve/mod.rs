@@ -2,6 +2,7 @@
 //! reflection, until SIGINT or SIGTERM; `specd serve` with no service name runs all three
 //! in one process.
 
+mod announced_drafter;
 mod drafter;
 mod engine;
 mod listen;

@@ -14,8 +14,10 @@ use specd_models::ModelSource;
 use specd_router::overlap::OverlapMode;
 use specd_router::{GenerationService, InProcessEngine};
 use specd_text::TargetText;
+use specd_verifier::batch::DraftingRounds;
 use specd_verifier::{BatchVerifier, Gemma4Target, Qwen2Target, TargetCarry, TargetModel};
 
+use super::announced_drafter::AnnouncedDrafter;
 use super::drafter::DEFAULT_DRAFTER_PREFIX_CACHE_BYTES;
 use super::engine::LocalEngine;
 use super::listen::ListenerArgs;
@@ -33,9 +35,9 @@ pub struct OneProcessArgs {
     /// its tokenizer and chat template serve text prompts and chat messages.
     #[arg(long, required = true)]
     pub target: Option<PathBuf>,
-    /// Drafter: a GGUF draft model sharing the target's vocabulary, or a Gemma 4 assistant
-    /// (directory or `gemma4-assistant` GGUF); its kind comes from the file unless --draft
-    /// says.
+    /// Drafter: a GGUF draft model sharing the target's vocabulary (behind prompt lookup,
+    /// `hybrid`, unless --draft says `draft-model`), or a Gemma 4 assistant (directory or
+    /// `gemma4-assistant` GGUF; `mtp` unless --draft says `hybrid`).
     #[arg(long)]
     pub drafter: Option<PathBuf>,
     /// `ngram` drafts by prompt lookup (no drafter model); `hybrid` puts prompt lookup in
@@ -91,7 +93,12 @@ fn drafter_kind(args: &OneProcessArgs) -> Result<Option<EmbeddedDraft>> {
             path.display()
         ),
         (Some(kind), _) => Some(kind),
-        (None, Some(path)) => Some(drafter_kind_of(path)?),
+        // Prompt lookup in front of a draft model pays on edits and quoting and costs nothing
+        // elsewhere (BENCHMARKS.md), as with the router's drafter services.
+        (None, Some(path)) => Some(match drafter_kind_of(path)? {
+            EmbeddedDraft::DraftModel => EmbeddedDraft::Hybrid,
+            kind => kind,
+        }),
         (None, None) => None,
     })
 }
@@ -134,7 +141,7 @@ fn qwen2_engine(
             args.drafter_prefix_cache_bytes,
         )
         .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
-        Ok(loaded.blocking_in_place())
+        Ok(loaded.serving()?)
     };
     with_drafter(args, path, target, draft, EmbeddedDraft::DraftModel, load)
 }
@@ -152,7 +159,7 @@ fn gemma4_engine(
         let drafter = drafter_path(args, kind)?;
         let loaded = embedded_mtp::load(drafter, path, dtype, &device)
             .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
-        Ok(loaded.blocking_in_place())
+        Ok(loaded.serving()?)
     };
     with_drafter(args, path, target, draft, EmbeddedDraft::Mtp, load)
 }
@@ -191,7 +198,8 @@ where
     })
 }
 
-/// The target behind its batch scheduler with `drafter`.
+/// The target behind its batch scheduler with `drafter`, the scheduler seeing its rounds
+/// drafting.
 fn engine<T, D>(
     args: &OneProcessArgs,
     path: &Path,
@@ -203,7 +211,13 @@ where
     D: Drafter<Carry = TargetCarry> + 'static,
 {
     let local = Arc::new(args.sequences.local(target));
-    let verifier = BatchVerifier::new(local, args.sequences.batch());
+    let drafting = DraftingRounds::default();
+    let verifier = BatchVerifier::beside(
+        local,
+        args.sequences.batch(),
+        drafter.is_some().then(|| drafting.clone()),
+    );
+    let drafter = drafter.map(|drafter| AnnouncedDrafter::new(drafter, drafting));
     let name = args
         .api
         .served_model_name

@@ -7,6 +7,7 @@ mod served;
 
 mod draft;
 mod drain;
+mod embedded_batching;
 mod embedded_speculation;
 mod failover;
 mod gemma4_text;
@@ -19,3 +20,8 @@ mod security;
 mod serve;
 mod structured;
 mod telemetry;
+
+#[path = "../../../../crates/models/tests/models/qwen2_support/mod.rs"]
+mod qwen2_support;
+#[path = "../../../../services/drafter/tests/drafter/recording.rs"]
+mod recording;

@@ -20,8 +20,8 @@ use tracing::Span;
 
 use super::draft_round::{finish_round, prepare_round, Drafted, Prepared};
 use super::sessions::{SessionEntry, SharedEntry};
+use crate::batch::{draft_together, take_distinct, BatchedRound};
 use crate::engine::{DraftEngine, EngineInfo};
-use specd_core::DraftTree;
 
 /// The handle Draft handlers send their rounds through; the thread ends with the last one.
 pub(crate) struct DraftBatcher<S> {
@@ -105,17 +105,7 @@ fn run<E: DraftEngine>(engine: &E, info: &EngineInfo, receiver: &Receiver<Job<E:
 /// The waiting jobs of distinct sessions, oldest first; a second call for a session (a
 /// retry) waits for the next batch.
 fn take_batch<S>(waiting: &mut VecDeque<Job<S>>) -> Vec<Job<S>> {
-    let mut batch: Vec<Job<S>> = Vec::with_capacity(waiting.len());
-    let mut later = VecDeque::new();
-    while let Some(job) = waiting.pop_front() {
-        if batch.iter().any(|b| Arc::ptr_eq(&b.entry, &job.entry)) {
-            later.push_back(job);
-        } else {
-            batch.push(job);
-        }
-    }
-    *waiting = later;
-    batch
+    take_distinct(waiting, |a, b| Arc::ptr_eq(&a.entry, &b.entry))
 }
 
 fn draft_batch<E: DraftEngine>(
@@ -135,42 +125,29 @@ fn draft_batch<E: DraftEngine>(
                 .in_scope(|| prepare_round(engine, info, guard, &job.request))
         })
         .collect();
-    // Chains in one packed forward per step; a tree (rare beside chains: a router asks for
-    // one only where the target verifies trees) on its own.
-    let chains = {
-        let mut jobs: Vec<_> = guards
-            .iter_mut()
-            .zip(&prepared)
-            .filter_map(|(guard, prepared)| match prepared {
-                Ok(Prepared::Draft { step, key }) if key.tree_nodes == 0 => {
-                    Some((&mut guard.session, *step))
-                }
-                _ => None,
-            })
-            .collect();
-        if jobs.is_empty() {
-            Vec::new()
-        } else {
-            engine.draft_many(&mut jobs)
-        }
-    };
-    let mut chains = chains.into_iter();
+    let rounds: Vec<BatchedRound<'_, E::Session>> = guards
+        .iter_mut()
+        .zip(&prepared)
+        .filter_map(|(guard, prepared)| match prepared {
+            Ok(Prepared::Draft { step, key }) => Some(BatchedRound {
+                session: &mut guard.session,
+                step: *step,
+                tree_nodes: key.tree_nodes as usize,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut results = draft_together(engine, rounds).into_iter();
     let mut answers = Vec::with_capacity(batch.len());
     for (guard, prepared) in guards.iter_mut().zip(prepared.drain(..)) {
         answers.push(match prepared {
             Ok(Prepared::Answered(drafted)) => Ok(drafted),
             Ok(Prepared::Draft { step, key }) => {
-                let result = match key.tree_nodes {
-                    0 => chains
-                        .next()
-                        .unwrap_or_else(|| {
-                            Err(crate::engine::EngineError::Internal(
-                                "the engine answered fewer drafts than asked".into(),
-                            ))
-                        })
-                        .map(DraftTree::chain),
-                    nodes => engine.draft_tree(&mut guard.session, step, nodes as usize),
-                };
+                let result = results.next().unwrap_or_else(|| {
+                    Err(crate::engine::EngineError::Internal(
+                        "a round was not drafted".into(),
+                    ))
+                });
                 finish_round(engine, guard, step, key, result)
             }
             Err(status) => Err(status),

@@ -2,68 +2,20 @@
 //! same moment are drafted in one batch (one packed forward per draft step of a real draft
 //! model, a tiny random Qwen2 GGUF), and every session gets the drafts it gets alone.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use candle_core::Device;
 use specd_core::SamplingParams;
 use specd_drafter::{
-    DraftCarry, DraftEngine, DraftModelEngine, DraftStep, DrafterServerConfig, EngineError,
-    EngineInfo, OpenSession, SessionSource,
+    DraftEngine, DraftModelEngine, DraftStep, DrafterServerConfig, OpenSession, SessionSource,
 };
 use specd_models::qwen2::Qwen2Model;
 use specd_wire::drafter::{draft_request, DraftRequest, OpenHeader, TokenCarry};
 
 use crate::qwen2_support::{TempGguf, TinySpec};
+use crate::recording::Recording;
 use crate::support::*;
-
-/// A draft model that records the largest batch it drafted, and whose first batch takes a
-/// while, so that calls arriving meanwhile queue for the next.
-struct Recording {
-    inner: DraftModelEngine,
-    batches: AtomicUsize,
-    largest: AtomicUsize,
-}
-
-impl DraftEngine for Recording {
-    type Session = <DraftModelEngine as DraftEngine>::Session;
-
-    fn info(&self) -> EngineInfo {
-        self.inner.info()
-    }
-
-    fn device(&self) -> &Device {
-        self.inner.device()
-    }
-
-    fn open(&self, open: OpenSession) -> Result<Self::Session, EngineError> {
-        self.inner.open(open)
-    }
-
-    fn committed_len(&self, session: &Self::Session) -> usize {
-        self.inner.committed_len(session)
-    }
-
-    fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError> {
-        self.inner.apply(session, carry)
-    }
-
-    fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError> {
-        self.inner.draft(session, step)
-    }
-
-    fn draft_many(
-        &self,
-        jobs: &mut [(&mut Self::Session, DraftStep)],
-    ) -> Vec<Result<Vec<u32>, EngineError>> {
-        if self.batches.fetch_add(1, Ordering::SeqCst) == 0 {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        self.largest.fetch_max(jobs.len(), Ordering::SeqCst);
-        self.inner.draft_many(jobs)
-    }
-}
 
 fn draft_model(file: &TempGguf) -> DraftModelEngine {
     let model = Qwen2Model::load(file.path(), &Device::Cpu).unwrap();
@@ -88,11 +40,7 @@ fn round_one(session_id: String, context_len: usize, bonus: u32, count: u32) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drafts_waiting_together_are_batched_and_unchanged() {
     let file = TempGguf::tiny("drafter-batching", &TinySpec::default());
-    let engine = Arc::new(Recording {
-        inner: draft_model(&file),
-        batches: AtomicUsize::new(0),
-        largest: AtomicUsize::new(0),
-    });
+    let engine = Arc::new(Recording::new(draft_model(&file)));
     let server = TestDrafter::start_engine(engine.clone(), DrafterServerConfig::default()).await;
     let contexts: Vec<Vec<u32>> = vec![
         vec![1, 2, 3, 4, 5],

@@ -14,6 +14,7 @@ mod mtp_engine;
 mod mtp_rounds;
 mod predraft;
 mod prefix_cache;
+mod recording;
 mod tree_draft;
 
 #[path = "../random_engine/mod.rs"]

@@ -3,6 +3,7 @@
 
 mod config;
 mod counters;
+mod drafting;
 mod jobs;
 mod prefill_task;
 mod scheduler;
@@ -11,5 +12,6 @@ mod worker;
 
 pub use config::BatchConfig;
 pub use counters::BatchStats;
+pub use drafting::{DraftingRound, DraftingRounds};
 pub use jobs::RowAnswer;
 pub use scheduler::{BatchVerifier, PendingPrefill};

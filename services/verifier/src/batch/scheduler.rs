@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use super::config::BatchConfig;
 use super::counters::{BatchStats, Counters};
+use super::drafting::DraftingRounds;
 use super::jobs::{Job, PrefillJob, RowAnswer, TruncateJob, VerifyJob};
 use super::worker;
 use crate::carry::TargetCarry;
@@ -36,6 +37,16 @@ pub type PendingPrefill =
 impl<T: TargetModel> BatchVerifier<T> {
     /// Starts the worker thread. It ends once this handle is dropped and its work is done.
     pub fn new(local: Arc<LocalVerifier<T>>, config: BatchConfig) -> Self {
+        Self::beside(local, config, None)
+    }
+
+    /// [`Self::new`] beside a drafter in the same process whose rounds `drafting` counts:
+    /// rows waiting for company also wait for the sequences drafting now.
+    pub fn beside(
+        local: Arc<LocalVerifier<T>>,
+        config: BatchConfig,
+        drafting: Option<DraftingRounds>,
+    ) -> Self {
         let config = BatchConfig {
             max_rows: config.max_rows.max(1),
             ..config
@@ -47,7 +58,7 @@ impl<T: TargetModel> BatchVerifier<T> {
         // Like `std::thread::spawn`, only an OS out of threads fails here.
         std::thread::Builder::new()
             .name("specd-verify-batch".into())
-            .spawn(move || worker::run(worker_local, config, thread_counters, receiver))
+            .spawn(move || worker::run(worker_local, config, drafting, thread_counters, receiver))
             .expect("the OS could not start the verify batch thread");
         Self {
             local,

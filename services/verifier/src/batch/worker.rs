@@ -12,6 +12,7 @@ use specd_telemetry::record;
 
 use super::config::BatchConfig;
 use super::counters::Counters;
+use super::drafting::DraftingRounds;
 use super::jobs::{Job, TruncateJob, VerifyJob};
 use super::prefill_task::PrefillTask;
 use super::verify_batch::{run_batch, take_rows};
@@ -24,6 +25,7 @@ const CANCEL_CHECK: Duration = Duration::from_millis(5);
 struct Worker<T: TargetModel> {
     local: Arc<LocalVerifier<T>>,
     config: BatchConfig,
+    drafting: Option<DraftingRounds>,
     counters: Arc<Counters>,
     jobs: Receiver<Job>,
     /// The job sender still exists.
@@ -36,12 +38,14 @@ struct Worker<T: TargetModel> {
 pub(crate) fn run<T: TargetModel>(
     local: Arc<LocalVerifier<T>>,
     config: BatchConfig,
+    drafting: Option<DraftingRounds>,
     counters: Arc<Counters>,
     jobs: Receiver<Job>,
 ) {
     let mut worker = Worker {
         local,
         config,
+        drafting,
         counters,
         jobs,
         open: true,
@@ -123,12 +127,14 @@ impl<T: TargetModel> Worker<T> {
 
     /// Waits, from the oldest waiting row on, up to the configured time for more rows:
     /// until a forward would be full, or every live sequence has a row waiting (nobody else
-    /// could join).
+    /// could join). While sequences draft beside it in this process, it waits for their
+    /// rows too, up to the drafting rounds' patience.
     fn gather(&mut self) {
         let Some(first) = self.waiting.iter().map(|job| job.queued_at).min() else {
             return;
         };
-        let deadline = first + self.config.max_wait;
+        let max_wait = self.config.max_wait;
+        let mut deadline = first + max_wait;
         loop {
             self.drop_cancelled();
             let distinct = self.distinct_rows();
@@ -140,6 +146,10 @@ impl<T: TargetModel> Worker<T> {
                 return;
             }
             let now = Instant::now();
+            if let Some(drafting) = self.drafting.as_ref().filter(|d| d.now() > 0) {
+                // A round drafting now verifies as soon as it is drafted.
+                deadline = (now + max_wait).min(first + drafting.patience().max(max_wait));
+            }
             if now >= deadline {
                 return;
             }

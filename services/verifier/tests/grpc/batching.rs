@@ -125,17 +125,7 @@ fn local_verifier(target: Arc<Gemma4Target>) -> LocalVerifier<Gemma4Target> {
 fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> Vec<u32> {
     let seq = SeqId(seq);
     let prefilled = local
-        .prefill_sync(CorePrefill {
-            seq,
-            prompt_ids: spec.prompt.clone(),
-            sampling: core_sampling(spec),
-            want_carry: false,
-            cache_scope: Default::default(),
-            rules: Default::default(),
-            top_logprobs: None,
-            mask: None,
-            emitted_in_prompt: 0,
-        })
+        .prefill_sync(core_prefill(seq, spec.prompt.clone(), core_sampling(spec)))
         .unwrap();
     let mut tokens = vec![prefilled.first_token];
     // A few tokens past the end, so drafts of the last rounds have something to follow.
@@ -162,17 +152,7 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
 fn solo_run(local: &LocalVerifier<Gemma4Target>, spec: &Spec, reference: &[u32], seq: u64) -> Run {
     let seq = SeqId(seq);
     let first_token = local
-        .prefill_sync(CorePrefill {
-            seq,
-            prompt_ids: spec.prompt.clone(),
-            sampling: core_sampling(spec),
-            want_carry: false,
-            cache_scope: Default::default(),
-            rules: Default::default(),
-            top_logprobs: None,
-            mask: None,
-            emitted_in_prompt: 0,
-        })
+        .prefill_sync(core_prefill(seq, spec.prompt.clone(), core_sampling(spec)))
         .unwrap()
         .first_token;
     let mut draws = Draws(spec.draft_seed);
@@ -701,5 +681,92 @@ fn piecewise_prefill_equals_the_model_prefill() {
                 .unwrap(),
             "chunk {chunk}"
         );
+    }
+}
+
+fn core_prefill(seq: SeqId, prompt: Vec<u32>, sampling: SamplingParams) -> CorePrefill {
+    CorePrefill {
+        seq,
+        prompt_ids: prompt,
+        sampling,
+        want_carry: false,
+        cache_scope: Default::default(),
+        rules: Default::default(),
+        top_logprobs: None,
+        mask: None,
+        emitted_in_prompt: 0,
+    }
+}
+
+fn first_round(seq: u64, token: u32) -> CoreVerify {
+    CoreVerify {
+        seq: SeqId(seq),
+        round: 1,
+        tokens: vec![token, 5, 9],
+        budget: 8,
+        output_index_base: 1,
+        want_carry: false,
+        masks: Vec::new(),
+        parents: Vec::new(),
+    }
+}
+
+/// Beside a drafter in the same process, a row waits for the sequences drafting now (their
+/// verifies follow), so concurrent requests verify together instead of taking turns; without
+/// a drafting round it waits only the configured moment, and without the drafter's count it
+/// never waits for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rows_wait_for_sequences_drafting_beside_the_scheduler() {
+    use specd_core::Verifier;
+    use specd_verifier::batch::DraftingRounds;
+
+    let target = load_target("target-full");
+    let (alone, beside) = (
+        specd_verifier::BatchVerifier::new(
+            Arc::new(local_verifier(target.clone())),
+            BatchConfig::default(),
+        ),
+        // Patience far beyond any pause of this test: the row waits as long as a round drafts.
+        DraftingRounds::with_patience(Duration::from_secs(60)),
+    );
+    let batch = specd_verifier::BatchVerifier::beside(
+        Arc::new(local_verifier(target)),
+        BatchConfig::default(),
+        Some(beside.clone()),
+    );
+    for verifier in [&alone, &batch] {
+        let mut first = Vec::new();
+        for seq in [1, 2] {
+            let prefilled = verifier
+                .prefill(core_prefill(
+                    SeqId(seq),
+                    prompt(6 + seq as usize, seq as u32),
+                    SamplingParams::GREEDY,
+                ))
+                .await
+                .unwrap();
+            first.push(prefilled.first_token);
+        }
+        // Sequence 2 is drafting while sequence 1's round waits.
+        let drafting = beside.start();
+        let (one, (waited, two)) = tokio::join!(verifier.verify(first_round(1, first[0])), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let waited = verifier.stats().batches_run == 0;
+            drop(drafting);
+            (waited, verifier.verify(first_round(2, first[1])).await)
+        });
+        assert!(!one.unwrap().new_tokens.is_empty() && !two.unwrap().new_tokens.is_empty());
+        let stats = verifier.stats();
+        if std::ptr::eq(verifier, &batch) {
+            assert!(waited, "the row ran while a sequence drafted: {stats:?}");
+            assert_eq!(stats.batches_run, 1, "{stats:?}");
+            assert_eq!(stats.largest_batch_rows, 2, "{stats:?}");
+        } else {
+            // Unaware of the drafting, the scheduler runs the row alone.
+            assert_eq!(stats.batches_run, 2, "{stats:?}");
+        }
+        for seq in [1, 2] {
+            verifier.release(SeqId(seq)).await.unwrap();
+        }
     }
 }
