@@ -64,6 +64,8 @@ pub struct SpeculationGovernor {
     cap: AtomicUsize,
     /// Requests the estimates said not to speculate.
     declined: AtomicU64,
+    /// Requests under load judged while a cost was unknown.
+    unknown: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +174,7 @@ impl SpeculationGovernor {
             drafting: AtomicUsize::new(0),
             cap: AtomicUsize::new(0),
             declined: AtomicU64::new(0),
+            unknown: AtomicU64::new(0),
         }
     }
 
@@ -263,8 +266,9 @@ impl SpeculationGovernor {
 
     /// Whether a new request of `prompt_len` prompt tokens and up to `max_new_tokens` new
     /// ones should open a drafter session: what speculation would save over its tokens at
-    /// the current load against what opening costs. Yes while a cost is unknown, and, for a
-    /// request running alone, for one in [`RELEARN_EVERY`] of those declined.
+    /// the current load against what opening costs, and, for a request running alone, for
+    /// one in [`RELEARN_EVERY`] of those declined. While a cost is unknown: yes for a request
+    /// running alone, and under load for one request in [`RELEARN_EVERY`].
     pub fn worth_opening(&self, prompt_len: usize, max_new_tokens: usize) -> bool {
         let active = self.active.load(Ordering::Relaxed).max(1);
         let queue = self.queue_length(active);
@@ -274,7 +278,16 @@ impl SpeculationGovernor {
             (saving, estimates.open_per_token.0)
         };
         let (Some(saving), Some(open)) = (saving, open) else {
-            return true;
+            // Only a session teaches what drafting costs. Under load one in RELEARN_EVERY
+            // requests opens one: where rounds stay plain, a session per request prefilled
+            // every prompt on the drafter beside the verifier and never drafted.
+            let probe = active == 1
+                || self
+                    .unknown
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(RELEARN_EVERY);
+            tracing::debug!(active, ?saving, ?open, probe, "a drafter cost is unknown");
+            return probe;
         };
         let (saved, cost) = (max_new_tokens as f64 * saving, open * prompt_len as f64);
         tracing::debug!(active, saved, cost, "judging a drafter session");
@@ -510,6 +523,23 @@ mod tests {
             opened.count(),
             0,
             "no relearning while the load keeps rounds plain"
+        );
+    }
+
+    #[test]
+    fn under_load_an_unknown_cost_opens_one_session_in_relearn_every() {
+        let governor = SpeculationGovernor::new(1, 5);
+        governor.set_active(1);
+        assert!(
+            (0..RELEARN_EVERY).all(|_| governor.worth_opening(100, 64)),
+            "a request alone learns the costs"
+        );
+        governor.set_active(4);
+        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(100, 64));
+        assert_eq!(
+            opened.count(),
+            2,
+            "one session in {RELEARN_EVERY} learns them"
         );
     }
 
