@@ -82,3 +82,40 @@ fn a_llama_gguf_answers_as_llama_cpp_and_speculates_losslessly() {
     );
     assert!(spec["stats"]["accepted"].as_u64().unwrap() > 0, "{spec}");
 }
+
+/// The one-process server runs a GGUF draft model behind prompt lookup unless `--draft`
+/// says otherwise: its rounds count as `hybrid` rounds, and `--draft draft-model` keeps the
+/// model alone.
+#[test]
+fn one_process_drafts_hybrid_by_default() {
+    let Some(model) = smollm2() else {
+        return;
+    };
+    let model = model.to_str().unwrap();
+    for (extra, kind) in [
+        (&[][..], "hybrid"),
+        (&["--draft", "draft-model"][..], "model"),
+    ] {
+        let mut args = vec!["--target", model, "--drafter", model];
+        args.extend_from_slice(extra);
+        let (_server, http, metrics) = crate::served::Service::one_process_with_metrics(&args);
+        let (status, body) = crate::served::http_post(
+            &http,
+            "/v1/completions",
+            &serde_json::json!({
+                "prompt": "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
+                "max_tokens": 24,
+                "temperature": 0,
+                "specd": {"ignore_eos": true},
+            }),
+        );
+        assert_eq!(status, 200, "{body}");
+        let scraped = crate::telemetry::scrape(&metrics);
+        let rounds = |kind| {
+            crate::telemetry::sample_sum(&scraped, "specd_rounds_total", &[("drafter_kind", kind)])
+        };
+        assert!(rounds(kind) > 0.0, "no {kind} round:\n{scraped}");
+        let other = if kind == "hybrid" { "model" } else { "hybrid" };
+        assert_eq!(rounds(other), 0.0, "{other} rounds with {extra:?}");
+    }
+}

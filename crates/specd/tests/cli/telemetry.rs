@@ -133,24 +133,29 @@ impl Service {
 
     /// The Prometheus text of this service.
     fn scrape(&self) -> String {
-        let mut stream = TcpStream::connect(&self.metrics).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.metrics
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        assert!(
-            head.to_ascii_lowercase()
-                .contains("content-type: text/plain"),
-            "{head}"
-        );
-        body.to_owned()
+        scrape(&self.metrics)
     }
+}
+
+/// The Prometheus text of the metrics endpoint at `metrics`.
+pub(crate) fn scrape(metrics: &str) -> String {
+    let mut stream = TcpStream::connect(metrics).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        metrics
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    body.to_owned()
 }
 
 impl Drop for Service {
@@ -161,7 +166,7 @@ impl Drop for Service {
 }
 
 /// Sum of the samples of `name` whose labels include every `labels` pair.
-fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {

@@ -75,12 +75,34 @@ impl Service {
         Self::with_http(&[], args)
     }
 
+    /// [`Self::one_process`] with its Prometheus endpoint on a free port too, whose address
+    /// comes back last.
+    pub fn one_process_with_metrics(args: &[&str]) -> (Self, String, String) {
+        let (service, http, metrics) = Self::spawn_with_http(&[], args, true);
+        (service, http, metrics.unwrap_or_default())
+    }
+
     fn with_http(service: &[&str], args: &[&str]) -> (Self, String) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_specd"))
-            .arg("serve")
-            .args(service)
-            .args(args)
-            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        let (service, http, _) = Self::spawn_with_http(service, args, false);
+        (service, http)
+    }
+
+    fn spawn_with_http(
+        service: &[&str],
+        args: &[&str],
+        metrics: bool,
+    ) -> (Self, String, Option<String>) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_specd"));
+        command.arg("serve").args(service).args(args).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ]);
+        if metrics {
+            command.args(["--metrics-listen", "127.0.0.1:0"]);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -94,13 +116,14 @@ impl Service {
                 .unwrap_or_else(|| panic!("expected {prefix:?}, read {line:?}"))
                 .to_owned()
         };
+        let metrics = metrics.then(|| read("metrics listening on "));
         let http = read("http listening on ");
         let addr = read("listening on ");
         let service = Self {
             child,
             url: format!("http://{addr}"),
         };
-        (service, http)
+        (service, http, metrics)
     }
 
     pub fn verifier() -> Self {
