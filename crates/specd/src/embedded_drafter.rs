@@ -35,10 +35,9 @@ pub struct EmbeddedDrafter<E: DraftEngine> {
     /// Each session behind its own lock: sessions draft beside each other, and the table is
     /// held only to find one.
     sessions: Arc<DashMap<SessionId, SharedSession<E::Session>>>,
-    /// The model runs on the calling task's worker thread, which tells the async runtime
-    /// first (a server's multi-threaded runtime keeps serving other tasks meanwhile).
-    in_place: bool,
     /// Where a server drafts its concurrent requests together (`None`: each on its caller).
+    /// A server's opens and carries run on the calling task's worker thread, which tells the
+    /// async runtime first (its multi-threaded runtime keeps serving other tasks meanwhile).
     drafting: Option<DraftingThread<E::Session>>,
 }
 
@@ -47,7 +46,6 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         Self {
             engine: Arc::new(engine),
             sessions: Arc::new(DashMap::new()),
-            in_place: false,
             drafting: None,
         }
     }
@@ -56,7 +54,6 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
     /// through `tokio::task::block_in_place`, and the rounds of concurrent requests are
     /// drafted together on a drafting thread.
     pub fn serving(mut self) -> std::io::Result<Self> {
-        self.in_place = true;
         let sessions = self.sessions.clone();
         self.drafting = Some(DraftingThread::start(self.engine.clone(), move || {
             sessions.len()
@@ -65,7 +62,7 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
     }
 
     fn compute<R>(&self, work: impl FnOnce() -> R) -> R {
-        if self.in_place {
+        if self.drafting.is_some() {
             tokio::task::block_in_place(work)
         } else {
             work()

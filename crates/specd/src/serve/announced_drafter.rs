@@ -16,6 +16,16 @@ impl<D> AnnouncedDrafter<D> {
     pub fn new(inner: D, drafting: DraftingRounds) -> Self {
         Self { inner, drafting }
     }
+
+    /// `draft`, counted as a drafting round from now until it is done.
+    fn counted<F: Future + Send>(&self, draft: F) -> impl Future<Output = F::Output> + Send {
+        let round = self.drafting.start();
+        async move {
+            let drafted = draft.await;
+            drop(round);
+            drafted
+        }
+    }
 }
 
 impl<D: Drafter> Drafter for AnnouncedDrafter<D> {
@@ -33,26 +43,14 @@ impl<D: Drafter> Drafter for AnnouncedDrafter<D> {
         &self,
         request: DraftRequest<D::Carry>,
     ) -> impl Future<Output = Result<Vec<u32>, D::Error>> + Send {
-        let round = self.drafting.start();
-        let draft = self.inner.draft(request);
-        async move {
-            let drafted = draft.await;
-            drop(round);
-            drafted
-        }
+        self.counted(self.inner.draft(request))
     }
 
     fn draft_tree(
         &self,
         request: DraftRequest<D::Carry>,
     ) -> impl Future<Output = Result<DraftTree, D::Error>> + Send {
-        let round = self.drafting.start();
-        let draft = self.inner.draft_tree(request);
-        async move {
-            let drafted = draft.await;
-            drop(round);
-            drafted
-        }
+        self.counted(self.inner.draft_tree(request))
     }
 
     fn close(&self, session: SessionId) -> impl Future<Output = Result<(), D::Error>> + Send {
