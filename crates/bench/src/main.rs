@@ -22,11 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use candle_core::Device;
 use clap::Parser;
 use serde_json::json;
 use specd_core::hybrid::HYBRID_LOOKUP;
 use specd_core::{BlockSizeConfig, NgramConfig};
 use specd_drafter::{DraftModelEngine, MtpEngine, DEFAULT_DRAFT_VOCAB};
+use specd_models::qwen2::{LoadOptions, Qwen2Model};
 use specd_router::DraftSource;
 use specd_verifier::{Gemma4Target, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
 
@@ -153,10 +155,7 @@ fn run(args: BenchArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let gguf = matches!(
-        generate::detect(args.target(), "target")?,
-        specd_models::ModelSource::LlamaStyle { .. }
-    );
+    let gguf = generate::detect(args.target(), "target")?.family() == &specd_models::qwen2::FAMILY;
     runtime.block_on(async move {
         if gguf {
             run_gguf(&args).await
@@ -199,6 +198,31 @@ fn load_prompts(args: &BenchArgs, encode: Option<Encode<'_>>) -> Result<Vec<Prom
             })
         })
         .collect()
+}
+
+/// A GGUF draft model on the engine whose kernels and costs the bench reports.
+fn gguf_draft_engine(path: &Path, device: &Device) -> Result<DraftModelEngine<Qwen2Model>> {
+    let model = Qwen2Model::load_with(path, device, &LoadOptions::default())
+        .with_context(|| format!("loading the drafter from {}", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(DraftModelEngine::new(model, name, 16))
+}
+
+/// [`gguf_draft_engine`] in this process, for a target of `vocab` tokens.
+fn gguf_draft_model(
+    path: &Path,
+    device: &Device,
+    vocab: usize,
+) -> Result<specd::embedded_drafter::EmbeddedDrafter<DraftModelEngine<Qwen2Model>>> {
+    Ok(embedded_draft_model::with_target(
+        gguf_draft_engine(path, device)?,
+        vocab,
+        DEFAULT_DRAFT_VOCAB,
+        0,
+    )?)
 }
 
 fn drafter_path(args: &BenchArgs) -> Result<&PathBuf> {
@@ -275,13 +299,13 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
             let path = drafter_path(args)?;
             let embedded = Box::new(
-                embedded_draft_model::load(path, &device, vocab, DEFAULT_DRAFT_VOCAB, 0)
+                gguf_draft_model(path, &device, vocab)
                     .with_context(|| format!("loading the drafter from {}", path.display()))?,
             );
             let split = if args.no_split {
                 None
             } else {
-                let engine = DraftModelEngine::load(path, &device, 16)?;
+                let engine = gguf_draft_engine(path, &device)?;
                 Some(service_source(draft, servers::drafter(Arc::new(engine))?))
             };
             let embedded = match draft {
@@ -356,14 +380,8 @@ async fn sweep_gguf(
         let (name, embedded) = match draft {
             EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
                 let path = drafter_path(args)?;
-                let dm = embedded_draft_model::load(
-                    path,
-                    &device,
-                    target.vocab_size(),
-                    DEFAULT_DRAFT_VOCAB,
-                    0,
-                )
-                .with_context(|| format!("loading the drafter from {}", path.display()))?;
+                let dm = gguf_draft_model(path, &device, target.vocab_size())
+                    .with_context(|| format!("loading the drafter from {}", path.display()))?;
                 // One measurement of the draft model serves both of its sweep drafters.
                 if draft_step.is_none() {
                     draft_step = Some(costs::measure_draft_model(
@@ -427,20 +445,14 @@ async fn sweep_gguf(
         (0, _) | (_, None) => None,
         (tokens, Some(path)) => {
             let long = prompts::long_prompt(&|s| text.encode_raw(s), tokens)?;
-            let dm = embedded_draft_model::load(
-                path,
-                &device,
-                target.vocab_size(),
-                DEFAULT_DRAFT_VOCAB,
-                0,
-            )
-            .with_context(|| format!("loading the drafter from {}", path.display()))?;
+            let dm = gguf_draft_model(path, &device, target.vocab_size())
+                .with_context(|| format!("loading the drafter from {}", path.display()))?;
             let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
             let router = if args.no_split {
                 None
             } else {
-                let engine = DraftModelEngine::load(path, &device, 16)?
-                    .with_draft_vocab(DEFAULT_DRAFT_VOCAB);
+                let engine =
+                    gguf_draft_engine(path, &device)?.with_draft_vocab(DEFAULT_DRAFT_VOCAB);
                 let drafter_url = servers::drafter(Arc::new(engine))?;
                 let local = Arc::new(LocalVerifier::new(
                     target.clone(),

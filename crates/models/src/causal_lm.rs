@@ -54,6 +54,18 @@ pub enum PrefixReuse {
     PrefillChunks,
 }
 
+impl PrefixReuse {
+    /// The prefix cache's rule for a model of this reuse whose prompts are prefilled in
+    /// pieces of `prefill_chunk` rows.
+    pub fn rule(self, prefill_chunk: usize) -> specd_core::PrefixRule {
+        match self {
+            Self::Never => specd_core::PrefixRule::Never,
+            Self::AnyLength => specd_core::PrefixRule::AnyLength,
+            Self::PrefillChunks => specd_core::PrefixRule::PrefillChunks(prefill_chunk),
+        }
+    }
+}
+
 /// A hidden state's greedy token and its runner-up (none when only one id is allowed),
 /// each with its logit.
 #[derive(Debug, Clone, Copy, PartialEq)]

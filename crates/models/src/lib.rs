@@ -1,4 +1,5 @@
-//! candle models for specd: the Gemma 4 target, and the loaders and kernels they share.
+//! Models for specd: the families of [`family::FAMILIES`] (Llama-style GGUF decoders, Gemma 4
+//! and its assistant), and the loaders and kernels they share.
 //!
 //! The one crate of the workspace with `unsafe` code (SIMD kernels, the memory map, raw
 //! pointers shared by scoped workers); every block and impl says why it holds.
@@ -12,6 +13,7 @@ pub mod cpu;
 pub mod embedding;
 pub mod error;
 pub mod exact;
+pub mod family;
 pub mod gemma4;
 pub mod gemma4_assistant;
 mod gguf_value;
@@ -24,5 +26,6 @@ pub mod tree;
 
 pub use causal_lm::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};
+pub use family::{AnyCache, AnyLm, Family, LoadSpec, LoadedLm};
 pub use shared_kv::{LayerKv, SharedKv};
 pub use source::ModelSource;

@@ -1,31 +1,33 @@
-//! What a model path holds, told from the checkpoint itself: a Hugging Face directory by its
-//! `config.json` `model_type`, a GGUF file by its `general.architecture` (`gemma4` is a Gemma 4
-//! target, `gemma4-assistant` its assistant, a Llama-style architecture (`qwen2`, `llama`)
-//! runs on the GGUF engine).
+//! What a model path holds, told from the checkpoint itself by the family registry
+//! ([`crate::family`]): a Hugging Face directory by its `config.json` `model_type`, a GGUF
+//! file by its `general.architecture`.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{ModelError, Result};
+use crate::family::{self, Family, LmFamily, LoadSpec, LoadedLm};
 
-/// A checkpoint the crate can load, and which loader it needs.
+/// A checkpoint the crate can load: its path and its family.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSource {
-    /// A Gemma 4 target: a checkpoint directory (`gemma4_text`, or the multimodal `gemma4`) or a
-    /// GGUF file of architecture `gemma4`.
-    Gemma4 { path: PathBuf },
-    /// A Gemma 4 assistant (MTP drafter): a checkpoint directory (`gemma4_assistant`) or a
-    /// GGUF file of architecture `gemma4-assistant`.
-    Gemma4Assistant { path: PathBuf },
-    /// A GGUF file of a Llama-style dense decoder (Qwen2, Qwen2.5, Llama 3, SmolLM2: one of
-    /// [`crate::qwen2::ARCHITECTURES`]), on the GGUF engine; a target or a draft model.
-    LlamaStyle { path: PathBuf, architecture: String },
+pub struct ModelSource {
+    path: PathBuf,
+    family: &'static Family,
 }
 
 impl ModelSource {
     pub fn detect(path: &Path) -> Result<Self> {
-        if path.is_dir() {
-            return Self::from_dir(path);
-        }
+        let family = if path.is_dir() {
+            Self::dir_family(path)?
+        } else {
+            Self::gguf_family(path)?
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            family,
+        })
+    }
+
+    fn gguf_family(path: &Path) -> Result<&'static Family> {
         if !path.is_file() {
             return Err(ModelError::io(
                 path,
@@ -47,59 +49,78 @@ impl ModelSource {
                 ))
             }
         };
-        if architecture == crate::gemma4::gguf::ARCHITECTURE {
-            return Ok(Self::Gemma4 {
-                path: path.to_path_buf(),
-            });
-        }
-        if architecture == crate::gemma4::gguf::ASSISTANT_ARCHITECTURE {
-            return Ok(Self::Gemma4Assistant {
-                path: path.to_path_buf(),
-            });
-        }
-        if crate::qwen2::architecture(&architecture).is_none() {
-            let llama_style: Vec<&str> =
-                crate::qwen2::ARCHITECTURES.iter().map(|a| a.name).collect();
-            return Err(ModelError::Unsupported(format!(
-                "{}: GGUF architecture {architecture:?} (supported: {}, {}, {})",
+        family::by_gguf_architecture(&architecture).ok_or_else(|| {
+            ModelError::Unsupported(format!(
+                "{}: GGUF architecture {architecture:?} (supported: {})",
                 path.display(),
-                llama_style.join(", "),
-                crate::gemma4::gguf::ARCHITECTURE,
-                crate::gemma4::gguf::ASSISTANT_ARCHITECTURE
-            )));
-        }
-        Ok(Self::LlamaStyle {
-            path: path.to_path_buf(),
-            architecture,
+                family::known_gguf_architectures().join(", ")
+            ))
         })
     }
 
-    fn from_dir(dir: &Path) -> Result<Self> {
+    fn dir_family(dir: &Path) -> Result<&'static Family> {
         let config = dir.join("config.json");
         let model_type = crate::config_json::model_type(&crate::config_json::read(dir)?)?
             .ok_or_else(|| {
                 ModelError::config("model_type", format!("{}: missing", config.display()))
             })?;
-        match model_type.as_str() {
-            "gemma4" | "gemma4_text" => Ok(Self::Gemma4 {
-                path: dir.to_path_buf(),
-            }),
-            "gemma4_assistant" => Ok(Self::Gemma4Assistant {
-                path: dir.to_path_buf(),
-            }),
-            other => Err(ModelError::Unsupported(format!(
-                "{}: model_type {other:?} (supported: gemma4, gemma4_text, gemma4_assistant)",
-                config.display()
-            ))),
-        }
+        family::by_model_type(&model_type).ok_or_else(|| {
+            ModelError::Unsupported(format!(
+                "{}: model_type {model_type:?} (supported: {})",
+                config.display(),
+                family::known_model_types().join(", ")
+            ))
+        })
     }
 
     pub fn path(&self) -> &Path {
-        match self {
-            Self::Gemma4 { path }
-            | Self::Gemma4Assistant { path }
-            | Self::LlamaStyle { path, .. } => path,
+        &self.path
+    }
+
+    pub fn family(&self) -> &'static Family {
+        self.family
+    }
+
+    /// The family's causal LM side, or an error naming the path where the checkpoint is
+    /// an MTP assistant.
+    pub fn lm_family(&self) -> Result<&'static LmFamily> {
+        self.family.lm().ok_or_else(|| {
+            ModelError::Unsupported(format!(
+                "{}: a {} (an MTP drafter), not a causal LM",
+                self.path.display(),
+                self.family.name
+            ))
+        })
+    }
+
+    /// Loads the checkpoint as a causal LM (a target or a draft model).
+    pub fn load_lm(&self, spec: &LoadSpec<'_>) -> Result<LoadedLm> {
+        (self.lm_family()?.load)(&self.path, spec)
+    }
+
+    /// The vocabulary size the checkpoint declares, read without loading its weights: the
+    /// rows of a GGUF file's `token_embd.weight`, or a directory's `config.json`
+    /// `vocab_size` (top level, else `text_config`).
+    pub fn vocab_size(&self) -> Result<usize> {
+        if self.path.is_dir() {
+            let root = crate::config_json::read(&self.path)?;
+            let field = |v: &serde_json::Value| v.get("vocab_size").and_then(|n| n.as_u64());
+            let vocab = field(&root).or_else(|| root.get("text_config").and_then(field));
+            return vocab.map(|n| n as usize).ok_or_else(|| {
+                ModelError::config(
+                    "vocab_size",
+                    format!("{}: missing", self.path.join("config.json").display()),
+                )
+            });
         }
+        let gguf = crate::qwen2::GgufFile::open(&self.path)?;
+        let dims = gguf.tensor_dims("token_embd.weight")?;
+        dims.first().copied().ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "{}: token_embd.weight has no dimensions",
+                self.path.display()
+            ))
+        })
     }
 }
 
@@ -110,6 +131,13 @@ mod tests {
 
     fn fixtures() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma4")
+    }
+
+    fn test_spec() -> LoadSpec<'static> {
+        LoadSpec {
+            device: &candle_core::Device::Cpu,
+            dtype: candle_core::DType::F32,
+        }
     }
 
     fn gguf_with_architecture(architecture: &str) -> PathBuf {
@@ -126,45 +154,30 @@ mod tests {
     #[test]
     fn directories_are_told_apart_by_model_type() {
         let target = fixtures().join("target-full");
-        assert_eq!(
-            ModelSource::detect(&target).unwrap(),
-            ModelSource::Gemma4 { path: target }
-        );
+        let source = ModelSource::detect(&target).unwrap();
+        assert_eq!(source.family(), &crate::gemma4::FAMILY);
+        assert_eq!(source.path(), target.as_path());
+        assert_eq!(source.vocab_size().unwrap(), 256);
         let assistant = fixtures().join("assistant-dense");
-        assert_eq!(
-            ModelSource::detect(&assistant).unwrap(),
-            ModelSource::Gemma4Assistant { path: assistant }
-        );
+        let source = ModelSource::detect(&assistant).unwrap();
+        assert_eq!(source.family(), &crate::gemma4_assistant::FAMILY);
+        let err = source.load_lm(&test_spec()).err().unwrap().to_string();
+        assert!(err.contains("not a causal LM"), "{err}");
     }
 
     #[test]
     fn gguf_files_are_told_apart_by_architecture() {
         let qwen = gguf_with_architecture("qwen2");
+        let family = |path: &Path| ModelSource::detect(path).unwrap().family();
         let source = ModelSource::detect(&qwen).unwrap();
-        assert!(matches!(source, ModelSource::LlamaStyle { .. }));
+        assert_eq!(source.family(), &crate::qwen2::FAMILY);
         assert_eq!(source.path(), qwen.as_path());
         let llama = gguf_with_architecture("llama");
-        assert_eq!(
-            ModelSource::detect(&llama).unwrap(),
-            ModelSource::LlamaStyle {
-                path: llama.clone(),
-                architecture: "llama".into()
-            }
-        );
+        assert_eq!(family(&llama), &crate::qwen2::FAMILY);
         let gemma4 = gguf_with_architecture("gemma4");
-        assert_eq!(
-            ModelSource::detect(&gemma4).unwrap(),
-            ModelSource::Gemma4 {
-                path: gemma4.clone()
-            }
-        );
+        assert_eq!(family(&gemma4), &crate::gemma4::FAMILY);
         let assistant = gguf_with_architecture("gemma4-assistant");
-        assert_eq!(
-            ModelSource::detect(&assistant).unwrap(),
-            ModelSource::Gemma4Assistant {
-                path: assistant.clone()
-            }
-        );
+        assert_eq!(family(&assistant), &crate::gemma4_assistant::FAMILY);
         let gemma3 = gguf_with_architecture("gemma3");
         let err = ModelSource::detect(&gemma3).unwrap_err().to_string();
         assert!(err.contains("\"gemma3\""), "{err}");

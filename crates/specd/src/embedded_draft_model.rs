@@ -2,24 +2,38 @@
 
 use std::path::Path;
 
-use candle_core::Device;
 use specd_core::{DraftRequest, OpenRequest};
 use specd_drafter::{DraftCarry, DraftEngine, DraftModelEngine, EngineError, SessionSource};
+use specd_models::{AnyLm, CausalLm, LoadSpec, ModelSource};
 use specd_verifier::TargetCarry;
 
 use crate::embedded_drafter::{EmbeddedDrafter, InProcessCarry};
 
-/// Loads a GGUF draft model and refuses it unless its vocabulary is the target's; it proposes
-/// ids below `draft_vocab` only (0: every id), and keeps `prefix_cache_bytes` of closed
-/// sessions' K/V for later ones.
+/// Loads a draft model (of any family the registry lets draft as one) and refuses it unless
+/// its vocabulary is the target's; see [`with_target`].
 pub fn load(
     path: &Path,
-    device: &Device,
+    spec: &LoadSpec<'_>,
     target_vocab: usize,
     draft_vocab: usize,
     prefix_cache_bytes: usize,
-) -> Result<EmbeddedDrafter<DraftModelEngine>, EngineError> {
-    let engine = DraftModelEngine::load(path, device, 16)?
+) -> Result<EmbeddedDrafter<DraftModelEngine<AnyLm>>, EngineError> {
+    let source =
+        ModelSource::detect(path).map_err(|e| EngineError::invalid("drafter", e.to_string()))?;
+    let engine = DraftModelEngine::load(&source, spec, 16)?;
+    with_target(engine, target_vocab, draft_vocab, prefix_cache_bytes)
+}
+
+/// A draft model in this process, refused unless its vocabulary is the target's: it proposes
+/// ids below `draft_vocab` only (0: every id), and keeps `prefix_cache_bytes` of closed
+/// sessions' K/V for later ones.
+pub fn with_target<M: CausalLm>(
+    engine: DraftModelEngine<M>,
+    target_vocab: usize,
+    draft_vocab: usize,
+    prefix_cache_bytes: usize,
+) -> Result<EmbeddedDrafter<DraftModelEngine<M>>, EngineError> {
+    let engine = engine
         .with_draft_vocab(draft_vocab)
         .with_prefix_cache(prefix_cache_bytes);
     let vocab = engine.info().vocab_size;
@@ -32,7 +46,7 @@ pub fn load(
     Ok(EmbeddedDrafter::new(engine))
 }
 
-impl InProcessCarry for DraftModelEngine {
+impl<M: CausalLm> InProcessCarry for DraftModelEngine<M> {
     fn open_from(
         &self,
         request: &OpenRequest<TargetCarry>,

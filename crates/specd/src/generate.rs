@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use specd_core::round_loop::SinkClosed;
@@ -14,16 +14,14 @@ use specd_core::{
     NgramDrafter, NoDrafter, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId,
     SpecStats, StopConditions,
 };
-use specd_models::ModelSource;
-use specd_verifier::{
-    Gemma4Target, LocalVerifier, Qwen2Target, TargetCarry, TargetModel, VerifierLimits,
-    MAX_ROLLBACK,
-};
+use specd_verifier::{LocalVerifier, TargetCarry, TargetModel, VerifierLimits, MAX_ROLLBACK};
 
+use crate::checkpoints::LoadedTarget;
+pub use crate::checkpoints::{detect, drafter_kind_of, not_a_drafter, not_a_target};
 use crate::device::ComputeArgs;
+use crate::model_drafter::{DraftModelOptions, ModelDrafter};
 use crate::speed::{DecodeSpeed, ProbedVerifier};
-use crate::text::{dir_text, gguf_text, PromptText};
-use crate::{embedded_draft_model, embedded_mtp};
+use crate::text::PromptText;
 use specd_text::TargetText;
 
 #[derive(Args, Debug)]
@@ -201,39 +199,6 @@ fn prompt_ids_from(args: &GenerateArgs, encode: Option<Encode<'_>>) -> Result<Ve
     }
 }
 
-/// What a model path holds; `role` (`target`, `drafter`) names it in the error.
-pub fn detect(path: &std::path::Path, role: &str) -> Result<ModelSource> {
-    ModelSource::detect(path).with_context(|| format!("loading the {role} from {}", path.display()))
-}
-
-/// The kind of drafter a checkpoint is: a Gemma 4 assistant (directory or GGUF file) drafts
-/// by MTP, a Llama-style GGUF file (Qwen2, Llama) is a draft model; a target checkpoint is
-/// refused.
-pub fn drafter_kind_of(path: &std::path::Path) -> Result<EmbeddedDraft> {
-    Ok(match detect(path, "drafter")? {
-        ModelSource::LlamaStyle { .. } => EmbeddedDraft::DraftModel,
-        ModelSource::Gemma4Assistant { .. } => EmbeddedDraft::Mtp,
-        ModelSource::Gemma4 { path } => return Err(not_a_drafter(&path)),
-    })
-}
-
-/// A drafter checkpoint given as `--target`.
-pub fn not_a_target(path: &std::path::Path) -> anyhow::Error {
-    anyhow::anyhow!(
-        "--target {}: a Gemma 4 assistant (a drafter), not a target",
-        path.display()
-    )
-}
-
-/// A target checkpoint given as `--drafter`.
-pub fn not_a_drafter(path: &std::path::Path) -> anyhow::Error {
-    anyhow::anyhow!(
-        "--drafter {}: a Gemma 4 target checkpoint, not a drafter (a Gemma 4 assistant or a \
-         GGUF draft model)",
-        path.display()
-    )
-}
-
 pub fn run(mut args: GenerateArgs) -> Result<()> {
     // A drafter without --draft picks its kind from the checkpoint.
     if args.draft.is_none() && !args.no_draft {
@@ -241,11 +206,55 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
             args.draft = Some(drafter_kind_of(path)?);
         }
     }
-    match detect(&args.target, "target")? {
-        ModelSource::LlamaStyle { .. } => run_gguf(args),
-        ModelSource::Gemma4 { .. } => run_gemma4(args),
-        ModelSource::Gemma4Assistant { path } => Err(not_a_target(&path)),
-    }
+    let target = LoadedTarget::load(&args.target, &args.compute)?;
+    let text = target.text.as_ref().filter(|t| t.has_tokenizer());
+    let prompt_ids = {
+        let encode = text.map(|t| prompt_encoder(t, args.raw_prompt));
+        prompt_ids_from(
+            &args,
+            encode
+                .as_ref()
+                .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
+        )?
+    };
+    let drafter = match (args.draft, &args.drafter) {
+        (
+            Some(kind @ (EmbeddedDraft::Mtp | EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid)),
+            Some(path),
+        ) => {
+            let options = DraftModelOptions {
+                draft_vocab: args.draft_vocab,
+                prefix_cache_bytes: 0,
+            };
+            Some(ModelDrafter::load(
+                path,
+                kind,
+                &target,
+                &args.compute,
+                options,
+            )?)
+        }
+        _ => None,
+    };
+    let LoadedTarget { model, text, .. } = target;
+    let verifier = LocalVerifier::new(Arc::new(model), VerifierLimits::default());
+    let text = text.filter(|t| t.has_tokenizer());
+    let has_text = text.is_some();
+    // The tokenizer may know more ends than the model's config: a Gemma 4 GGUF's <turn|> and
+    // <|tool_response>, where llama.cpp stops too.
+    let text_eos_ids = text
+        .as_ref()
+        .map(|t| t.eos_token_ids().to_vec())
+        .unwrap_or_default();
+    let detokenizer = text.unwrap_or_else(|| TargetText::without_tokenizer(Vec::new()));
+    let run = Generation {
+        args: &args,
+        verifier: &verifier,
+        detokenizer: &detokenizer,
+        has_text,
+        text_eos_ids: &text_eos_ids,
+    };
+    run.drafting(prompt_ids, drafter)
 }
 
 /// How `--prompt` becomes ids: one user message through the chat template, or the text as it
@@ -258,86 +267,6 @@ fn prompt_encoder(text: &TargetText, raw: bool) -> impl Fn(&str) -> Result<Vec<u
             text.encode_user(s)
         }
     }
-}
-
-/// A GGUF (Qwen2) target: text through its tokenizer and chat template; drafts from an n-gram
-/// lookup or an independent draft model.
-fn run_gguf(args: GenerateArgs) -> Result<()> {
-    let device = args.compute.device()?;
-    let text = gguf_text(&args.target)?;
-    let encode = prompt_encoder(&text, args.raw_prompt);
-    let prompt_ids = prompt_ids_from(&args, Some(&encode))?;
-    let target = Qwen2Target::load(&args.target, &device, text.eos_token_ids().to_vec())
-        .with_context(|| format!("loading the target from {}", args.target.display()))?;
-    let vocab = specd_verifier::TargetModel::vocab_size(&target);
-    let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
-    let choice = match (args.draft, &args.drafter) {
-        (Some(EmbeddedDraft::Mtp), _) => {
-            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
-        }
-        (Some(EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid), Some(path)) => Some(
-            embedded_draft_model::load(path, &device, vocab, args.draft_vocab, 0)
-                .with_context(|| format!("loading the drafter from {}", path.display()))?,
-        ),
-        _ => None,
-    };
-    let run = Generation {
-        args: &args,
-        verifier: &verifier,
-        detokenizer: &text,
-        has_text: true,
-        text_eos_ids: &[],
-    };
-    run.drafting(prompt_ids, choice)
-}
-
-/// A Gemma 4 target: a checkpoint directory or a GGUF file.
-fn run_gemma4(args: GenerateArgs) -> Result<()> {
-    let device = args.compute.device()?;
-    let tokenizer = gemma4_text(&args.target)?;
-    let prompt_ids = {
-        let encode = tokenizer
-            .as_ref()
-            .map(|t| prompt_encoder(t, args.raw_prompt));
-        prompt_ids_from(
-            &args,
-            encode
-                .as_ref()
-                .map(|f| f as &dyn Fn(&str) -> Result<Vec<u32>>),
-        )?
-    };
-    let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
-        .with_context(|| format!("loading the target from {}", args.target.display()))?;
-    let verifier = LocalVerifier::new(Arc::new(target), VerifierLimits::default());
-    let mtp = match (args.draft, &args.drafter) {
-        (Some(EmbeddedDraft::Mtp | EmbeddedDraft::Hybrid), Some(path)) => Some(
-            embedded_mtp::load(path, &args.target, args.compute.dtype(), &device)
-                .with_context(|| format!("loading the drafter from {}", path.display()))?,
-        ),
-        (Some(EmbeddedDraft::DraftModel), _) => {
-            bail!("--draft draft-model needs a GGUF target file")
-        }
-        _ => None,
-    };
-    let has_text = tokenizer.is_some();
-    // The tokenizer may know more ends than the model's config: a Gemma 4 GGUF's <turn|> and
-    // <|tool_response>, where llama.cpp stops too.
-    let text_eos_ids = tokenizer
-        .as_ref()
-        .map(|t| t.eos_token_ids().to_vec())
-        .unwrap_or_default();
-    let detokenizer: Box<dyn Detokenizer> = match tokenizer {
-        Some(t) => Box::new(t),
-        None => Box::new(TargetText::without_tokenizer(Vec::new())),
-    };
-    let run = Generation {
-        args: &args,
-        verifier: &verifier,
-        detokenizer: detokenizer.as_ref(),
-        has_text,
-        text_eos_ids: &text_eos_ids,
-    };
-    run.drafting(prompt_ids, mtp)
 }
 
 /// One embedded generation: the target's verifier, the text side, and the flags.
@@ -480,20 +409,5 @@ impl<T: TargetModel> Generation<'_, T> {
             }
         }
         Ok(())
-    }
-}
-
-/// The text side of a Gemma 4 target, `None` without a tokenizer. A GGUF file carries its
-/// tokenizer, but not always in a form the text side reads yet: token ids still work then.
-fn gemma4_text(target: &std::path::Path) -> Result<Option<TargetText>> {
-    if !target.is_file() {
-        return dir_text(target);
-    }
-    match TargetText::from_gguf(target) {
-        Ok(text) => Ok(Some(text)),
-        Err(error) => {
-            tracing::warn!(%error, "the GGUF's tokenizer cannot be read; only --prompt-ids work");
-            Ok(None)
-        }
     }
 }

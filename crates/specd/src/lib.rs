@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoints;
 pub mod device;
 pub mod draft;
 mod drafting_thread;
@@ -12,6 +13,7 @@ pub mod embedded_drafter;
 pub mod embedded_mtp;
 pub mod generate;
 pub mod health;
+pub mod model_drafter;
 pub mod serve;
 mod speed;
 pub mod text;

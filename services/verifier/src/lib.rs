@@ -17,5 +17,5 @@ pub use batch::{BatchConfig, BatchStats, BatchVerifier};
 pub use carry::TargetCarry;
 pub use error::VerifierError;
 pub use local::{LocalVerifier, VerifierLimits};
-pub use target::{Gemma4Target, LmTarget, Qwen2Target, TargetModel, MAX_ROLLBACK};
+pub use target::{AnyTarget, Gemma4Target, LmTarget, Qwen2Target, TargetModel, MAX_ROLLBACK};
 pub use verify_block::{block_tokens, head_tokens, HeadRows};

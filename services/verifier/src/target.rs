@@ -4,9 +4,10 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use specd_core::PrefixRule;
+use specd_models::family::EosSource;
 use specd_models::gemma4::{Gemma4Model, SharedKv};
 use specd_models::qwen2::{LoadOptions, Qwen2Model};
-use specd_models::{CausalLm, OutputRows, PrefixReuse, SeqBlock};
+use specd_models::{AnyLm, CausalLm, LoadSpec, ModelSource, OutputRows, SeqBlock};
 
 use crate::error::VerifierError;
 
@@ -120,6 +121,39 @@ impl<M: CausalLm> LmTarget<M> {
 
     pub fn model(&self) -> &M {
         &self.model
+    }
+}
+
+/// A target of any family of the registry ([`specd_models::family`]).
+pub type AnyTarget = LmTarget<AnyLm>;
+
+impl AnyTarget {
+    /// Loads the checkpoint `source` as a target. `tokenizer_eos` are its text side's
+    /// end-of-sequence ids (`None` where it has no tokenizer); a family that names them only
+    /// in its tokenizer needs them.
+    pub fn load(
+        source: &ModelSource,
+        spec: &LoadSpec<'_>,
+        tokenizer_eos: Option<&[u32]>,
+    ) -> Result<Self, VerifierError> {
+        let family = source.lm_family()?;
+        let eos = match (family.eos, tokenizer_eos) {
+            (EosSource::Config, _) => None,
+            (EosSource::Tokenizer, Some(ids)) => Some(ids.to_vec()),
+            (EosSource::Tokenizer, None) => {
+                return Err(VerifierError::invalid(
+                    "target",
+                    format!(
+                        "{}: a {} target reads its end-of-sequence ids from its tokenizer, \
+                         which did not load",
+                        source.path().display(),
+                        source.family().name
+                    ),
+                ))
+            }
+        };
+        let loaded = source.load_lm(spec)?;
+        Ok(Self::new(loaded.model, eos.unwrap_or(loaded.eos_token_ids)))
     }
 }
 
@@ -245,11 +279,7 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
     }
 
     fn prefix_rule(&self) -> PrefixRule {
-        match self.model.prefix_reuse() {
-            PrefixReuse::Never => PrefixRule::Never,
-            PrefixReuse::AnyLength => PrefixRule::AnyLength,
-            PrefixReuse::PrefillChunks => PrefixRule::PrefillChunks(self.prefill_chunk),
-        }
+        self.model.prefix_reuse().rule(self.prefill_chunk)
     }
 
     fn cache_prefix(

@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod config;
+mod family;
 pub mod gguf;
 mod layer;
 mod model;
@@ -16,4 +17,5 @@ pub use cache::SequenceCache;
 pub use config::{
     CheckpointLayout, Gemma4TextConfig, LayerGeometry, LayerKind, MoeConfig, RopeConfig,
 };
+pub use family::FAMILY;
 pub use model::{BlockInput, Gemma4Model, DEFAULT_PREFILL_CHUNK};

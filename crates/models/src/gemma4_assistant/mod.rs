@@ -10,6 +10,7 @@
 
 mod config;
 mod embedding;
+mod family;
 mod head;
 mod layer;
 mod mirror;
@@ -17,6 +18,7 @@ mod model;
 
 pub use config::Gemma4AssistantConfig;
 pub use embedding::TargetEmbedding;
+pub use family::FAMILY;
 pub use head::{first_argmax, CentroidSelection};
 pub use mirror::SharedKvMirror;
 pub use model::{DraftStep, Gemma4Assistant};

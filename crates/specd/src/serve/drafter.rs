@@ -10,25 +10,26 @@ use clap::Args;
 use specd_drafter::{
     serve, DraftEngine, DraftModelEngine, DrafterServerConfig, DrafterService, MtpEngine,
 };
-use specd_models::qwen2::GgufFile;
-use specd_models::ModelSource;
+use specd_models::LoadSpec;
 
 use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
+use crate::checkpoints::{detect, drafter_kind_of};
 use crate::device::ComputeArgs;
+use crate::generate::EmbeddedDraft;
 
 #[derive(Args, Debug)]
 pub struct DrafterArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50052")]
     pub listen: SocketAddr,
-    /// Drafter: a Gemma 4 assistant, a checkpoint directory (model_type gemma4_assistant) or a
-    /// `gemma4-assistant` GGUF file (the mtp kind), or another GGUF file (an independent draft
-    /// model, the draft-model kind).
+    /// Drafter: an MTP assistant (a Gemma 4 assistant: a checkpoint directory of model_type
+    /// gemma4_assistant or a `gemma4-assistant` GGUF file; the mtp kind), or a causal LM that
+    /// drafts as an independent draft model (a Llama-style GGUF file; the draft-model kind).
     #[arg(long, env = "SPECD_DRAFTER")]
     pub drafter: PathBuf,
     /// Target: for an assistant, the checkpoint directory or GGUF file whose token embedding
-    /// table is read (memory-mapped); for a GGUF draft model, the target GGUF file, whose
+    /// table is read (memory-mapped); for a draft model, the target checkpoint, whose
     /// vocabulary the drafter's must equal (only its metadata is read).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
@@ -77,63 +78,45 @@ const DRAFT_MODEL_MAX_DRAFT_TOKENS: usize = 16;
 
 pub async fn run(args: DrafterArgs) -> Result<()> {
     let device = args.compute.device()?;
-    match crate::generate::detect(&args.drafter, "drafter")? {
-        ModelSource::LlamaStyle { .. } => {
+    let spec = LoadSpec {
+        device: &device,
+        dtype: args.compute.dtype(),
+    };
+    let loading = || format!("loading the drafter from {}", args.drafter.display());
+    match drafter_kind_of(&args.drafter)? {
+        EmbeddedDraft::Mtp => {
+            let engine = MtpEngine::load(&args.drafter, &args.target, spec.dtype, &device)
+                .with_context(loading)?;
+            serve_engine(engine, &args).await
+        }
+        _ => {
+            let source = detect(&args.drafter, "drafter")?;
             // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
-            let target_vocab = gguf_vocab_size(&args.target, "target")?;
-            let vocab = gguf_vocab_size(&args.drafter, "drafter")?;
+            let target_vocab = vocab_size(&args.target, "target")?;
+            let vocab = vocab_size(&args.drafter, "drafter")?;
             if vocab != target_vocab {
                 bail!(
-                "drafter {}: its vocabulary has {vocab} tokens, the target {} has {target_vocab}; \
-                 a draft model must share the target's vocabulary",
-                args.drafter.display(),
-                args.target.display()
-            );
+                    "drafter {}: its vocabulary has {vocab} tokens, the target {} has \
+                     {target_vocab}; a draft model must share the target's vocabulary",
+                    args.drafter.display(),
+                    args.target.display()
+                );
             }
-            let engine =
-                DraftModelEngine::load(&args.drafter, &device, DRAFT_MODEL_MAX_DRAFT_TOKENS)
-                    .with_context(|| {
-                        format!("loading the drafter from {}", args.drafter.display())
-                    })?
-                    .with_draft_vocab(args.draft_vocab)
-                    .with_prefix_cache(args.prefix_cache_bytes);
+            let engine = DraftModelEngine::load(&source, &spec, DRAFT_MODEL_MAX_DRAFT_TOKENS)
+                .with_context(loading)?
+                .with_draft_vocab(args.draft_vocab)
+                .with_prefix_cache(args.prefix_cache_bytes);
             serve_engine(engine, &args).await
         }
-        ModelSource::Gemma4Assistant { .. } => {
-            let engine =
-                MtpEngine::load(&args.drafter, &args.target, args.compute.dtype(), &device)
-                    .with_context(|| {
-                        format!("loading the drafter from {}", args.drafter.display())
-                    })?;
-            serve_engine(engine, &args).await
-        }
-        ModelSource::Gemma4 { path } => Err(crate::generate::not_a_drafter(&path)),
     }
 }
 
-/// The vocabulary size of a GGUF model (`role` names it in errors): the rows of its token
-/// embedding table.
-fn gguf_vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
-    if !matches!(
-        crate::generate::detect(path, role)?,
-        ModelSource::LlamaStyle { .. }
-    ) {
-        bail!(
-            "{role} {}: a GGUF draft model needs the target's GGUF file",
-            path.display()
-        );
-    }
-    let gguf =
-        GgufFile::open(path).with_context(|| format!("reading the {role} {}", path.display()))?;
-    let dims = gguf
-        .tensor_dims("token_embd.weight")
-        .with_context(|| format!("reading the {role} {}", path.display()))?;
-    dims.first().copied().with_context(|| {
-        format!(
-            "{role} {}: token_embd.weight has no dimensions",
-            path.display()
-        )
-    })
+/// The vocabulary size a checkpoint declares (`role` names it in errors), read from its
+/// metadata.
+fn vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
+    detect(path, role)?
+        .vocab_size()
+        .with_context(|| format!("reading the {role} {}", path.display()))
 }
 
 async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<()> {

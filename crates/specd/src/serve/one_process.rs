@@ -10,12 +10,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use specd_core::{Drafter, HybridDrafter, NgramDrafter};
-use specd_models::ModelSource;
 use specd_router::overlap::OverlapMode;
 use specd_router::{GenerationService, InProcessEngine};
 use specd_text::TargetText;
 use specd_verifier::batch::DraftingRounds;
-use specd_verifier::{BatchVerifier, Gemma4Target, Qwen2Target, TargetCarry, TargetModel};
+use specd_verifier::{BatchVerifier, TargetCarry, TargetModel};
 
 use super::announced_drafter::AnnouncedDrafter;
 use super::drafter::DEFAULT_DRAFTER_PREFIX_CACHE_BYTES;
@@ -24,9 +23,10 @@ use super::listen::ListenerArgs;
 use super::router::{serve_api, ApiArgs};
 use super::verifier::{dir_name, SequenceArgs};
 use super::{LimitArgs, TelemetryArgs};
+use crate::checkpoints::{drafter_kind_of, LoadedTarget};
 use crate::device::ComputeArgs;
-use crate::generate::{detect, drafter_kind_of, not_a_target, EmbeddedDraft};
-use crate::{embedded_draft_model, embedded_mtp};
+use crate::generate::EmbeddedDraft;
+use crate::model_drafter::{DraftModelOptions, ModelDrafter};
 
 #[derive(Args, Debug)]
 pub struct OneProcessArgs {
@@ -68,16 +68,38 @@ pub struct OneProcessArgs {
 }
 
 pub async fn run(args: OneProcessArgs) -> Result<()> {
-    let Some(target) = args.target.clone() else {
+    let Some(path) = args.target.clone() else {
         bail!("--target: give the target model (or name a service: verifier, drafter, router)");
     };
     let draft = drafter_kind(&args)?;
-    let engine = match detect(&target, "target")? {
-        ModelSource::LlamaStyle { .. } => qwen2_engine(&args, &target, draft)?,
-        ModelSource::Gemma4 { .. } => gemma4_engine(&args, &target, draft)?,
-        ModelSource::Gemma4Assistant { path } => return Err(not_a_target(&path)),
+    let target = LoadedTarget::load(&path, &args.compute)?;
+    let drafter = match draft {
+        Some(kind @ (EmbeddedDraft::Mtp | EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid)) => {
+            let options = DraftModelOptions {
+                draft_vocab: args.draft_vocab,
+                prefix_cache_bytes: args.drafter_prefix_cache_bytes,
+            };
+            let drafter = drafter_path(&args, kind)?;
+            Some(ModelDrafter::load(drafter, kind, &target, &args.compute, options)?.serving()?)
+        }
+        Some(EmbeddedDraft::Ngram) | None => None,
     };
-    let text = target_text(&target);
+    let LoadedTarget { model, text, .. } = target;
+    let engine = match (draft, drafter) {
+        (Some(EmbeddedDraft::Hybrid), Some(drafter)) => engine(
+            &args,
+            &path,
+            model,
+            Some(HybridDrafter::with_default_lookup(drafter)),
+        ),
+        (_, Some(drafter)) => engine(&args, &path, model, Some(drafter)),
+        (Some(EmbeddedDraft::Ngram), None) => {
+            engine(&args, &path, model, Some(NgramDrafter::default()))
+        }
+        (_, None) => engine(&args, &path, model, None::<NgramDrafter<TargetCarry>>),
+    };
+    // A model whose tokenizer cannot be read still serves token ids.
+    let text = text.unwrap_or_else(|| TargetText::without_tokenizer(Vec::new()));
     let config = args
         .api
         .config(&args.limits, &args.listener, OverlapMode::Off, 0, 0, None)?;
@@ -103,14 +125,6 @@ fn drafter_kind(args: &OneProcessArgs) -> Result<Option<EmbeddedDraft>> {
     })
 }
 
-/// The target's text side; a model whose tokenizer cannot be read still serves token ids.
-fn target_text(target: &Path) -> TargetText {
-    TargetText::load(target).unwrap_or_else(|error| {
-        tracing::warn!(%error, "the target's tokenizer cannot be read; only token ids work");
-        TargetText::without_tokenizer(Vec::new())
-    })
-}
-
 fn drafter_path(args: &OneProcessArgs, kind: EmbeddedDraft) -> Result<&Path> {
     args.drafter.as_deref().with_context(|| {
         let name = kind
@@ -118,83 +132,6 @@ fn drafter_path(args: &OneProcessArgs, kind: EmbeddedDraft) -> Result<&Path> {
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default();
         format!("--drafter: --draft {name} needs a drafter model")
-    })
-}
-
-fn qwen2_engine(
-    args: &OneProcessArgs,
-    path: &Path,
-    draft: Option<EmbeddedDraft>,
-) -> Result<Arc<dyn InProcessEngine>> {
-    let device = args.compute.device()?;
-    let eos = crate::text::gguf_text(path)?.eos_token_ids().to_vec();
-    let target = Qwen2Target::load(path, &device, eos)
-        .with_context(|| format!("loading the target from {}", path.display()))?;
-    let vocab = target.vocab_size();
-    let load = |kind| -> Result<_> {
-        let drafter = drafter_path(args, kind)?;
-        let loaded = embedded_draft_model::load(
-            drafter,
-            &device,
-            vocab,
-            args.draft_vocab,
-            args.drafter_prefix_cache_bytes,
-        )
-        .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
-        Ok(loaded.serving()?)
-    };
-    with_drafter(args, path, target, draft, EmbeddedDraft::DraftModel, load)
-}
-
-fn gemma4_engine(
-    args: &OneProcessArgs,
-    path: &Path,
-    draft: Option<EmbeddedDraft>,
-) -> Result<Arc<dyn InProcessEngine>> {
-    let device = args.compute.device()?;
-    let dtype = args.compute.dtype();
-    let target = Gemma4Target::load(path, dtype, &device)
-        .with_context(|| format!("loading the target from {}", path.display()))?;
-    let load = |kind| -> Result<_> {
-        let drafter = drafter_path(args, kind)?;
-        let loaded = embedded_mtp::load(drafter, path, dtype, &device)
-            .with_context(|| format!("loading the drafter from {}", drafter.display()))?;
-        Ok(loaded.serving()?)
-    };
-    with_drafter(args, path, target, draft, EmbeddedDraft::Mtp, load)
-}
-
-/// The engine of `target` drafting as `draft` says: `model` is the kind of drafter model
-/// this target takes, which `load` loads.
-fn with_drafter<T, D>(
-    args: &OneProcessArgs,
-    path: &Path,
-    target: T,
-    draft: Option<EmbeddedDraft>,
-    model: EmbeddedDraft,
-    load: impl Fn(EmbeddedDraft) -> Result<D>,
-) -> Result<Arc<dyn InProcessEngine>>
-where
-    T: TargetModel,
-    D: Drafter<Carry = TargetCarry> + 'static,
-{
-    Ok(match draft {
-        None => engine(args, path, target, None::<NgramDrafter<TargetCarry>>),
-        Some(EmbeddedDraft::Ngram) => engine(args, path, target, Some(NgramDrafter::default())),
-        Some(EmbeddedDraft::Hybrid) => {
-            let inner = load(model)?;
-            engine(
-                args,
-                path,
-                target,
-                Some(HybridDrafter::with_default_lookup(inner)),
-            )
-        }
-        Some(kind) if kind == model => engine(args, path, target, Some(load(kind)?)),
-        Some(EmbeddedDraft::Mtp) => {
-            bail!("--draft mtp needs a Gemma 4 target; this target is a GGUF file")
-        }
-        Some(_) => bail!("--draft draft-model needs a GGUF target file"),
     })
 }
 

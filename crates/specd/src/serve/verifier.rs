@@ -5,26 +5,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use specd_models::ModelSource;
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
-use specd_verifier::{
-    BatchConfig, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetModel, VerifierLimits,
-};
+use specd_verifier::{BatchConfig, KvBudget, LocalVerifier, TargetModel, VerifierLimits};
 
 use super::listen::{bind, shutdown_signal, ListenerArgs};
 use super::LimitArgs;
+use crate::checkpoints::LoadedTarget;
 use crate::device::ComputeArgs;
-use crate::text::gguf_text;
 
 #[derive(Args, Debug)]
 pub struct VerifierArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "SPECD_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Target: a Gemma 4 checkpoint directory (config.json, safetensors) or a Qwen2 GGUF
-    /// file (end-of-sequence ids from its tokenizer).
+    /// Target: a checkpoint directory (config.json, safetensors) or a GGUF file of a family
+    /// the registry knows (Llama-style decoders, Gemma 4).
     #[arg(long, env = "SPECD_TARGET")]
     pub target: PathBuf,
     #[command(flatten)]
@@ -108,22 +105,8 @@ impl SequenceArgs {
 }
 
 pub async fn run(args: VerifierArgs) -> Result<()> {
-    let device = args.compute.device()?;
-    // Every family is named: one the registry adds must be given its loader here.
-    match crate::generate::detect(&args.target, "target")? {
-        ModelSource::LlamaStyle { .. } => {
-            let eos = gguf_text(&args.target)?.eos_token_ids().to_vec();
-            let target = Qwen2Target::load(&args.target, &device, eos)
-                .with_context(|| format!("loading the target from {}", args.target.display()))?;
-            serve_target(target, &args).await
-        }
-        ModelSource::Gemma4 { .. } => {
-            let target = Gemma4Target::load(&args.target, args.compute.dtype(), &device)
-                .with_context(|| format!("loading the target from {}", args.target.display()))?;
-            serve_target(target, &args).await
-        }
-        ModelSource::Gemma4Assistant { path } => Err(crate::generate::not_a_target(&path)),
-    }
+    let target = LoadedTarget::load(&args.target, &args.compute)?;
+    serve_target(target.model, &args).await
 }
 
 async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<()> {

@@ -16,6 +16,7 @@ mod health;
 mod llama;
 mod one_process;
 mod real_pair;
+mod registry;
 mod security;
 mod serve;
 mod structured;

@@ -1,13 +1,12 @@
-//! The `draft-model` kind: an independent small LM (any [`CausalLm`]; a Qwen2 GGUF from the
-//! command line) with its own KV cache per session. Each round ships only the committed tokens; the cache keeps what the drafter fed
+//! The `draft-model` kind: an independent small LM (any [`CausalLm`]; from the command line,
+//! any family the registry lets draft as one) with its own KV cache per session. Each round
+//! ships only the committed tokens; the cache keeps what the drafter fed
 //! last round where it agrees with them and is rolled back past the first rejection.
-
-use std::path::Path;
 
 use candle_core::Device;
 use specd_core::{CacheScope, DraftTree, PrefixCache, PrefixRule};
-use specd_models::qwen2::{LoadOptions, Qwen2Model};
-use specd_models::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
+use specd_models::qwen2::Qwen2Model;
+use specd_models::{AnyLm, CausalLm, LoadSpec, ModelSource, OutputRows, SeqBlock, TopTwo};
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
@@ -91,26 +90,32 @@ enum DraftStart {
 
 /// Which prefixes of the draft model's caches a session may open from.
 fn prefix_rule<M: CausalLm>(model: &M) -> PrefixRule {
-    match model.prefix_reuse() {
-        PrefixReuse::Never => PrefixRule::Never,
-        PrefixReuse::AnyLength => PrefixRule::AnyLength,
-        PrefixReuse::PrefillChunks => PrefixRule::PrefillChunks(model.default_prefill_chunk()),
-    }
+    model.prefix_reuse().rule(model.default_prefill_chunk())
 }
 
 fn internal(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
 }
 
-impl DraftModelEngine<Qwen2Model> {
-    /// Loads a GGUF draft model.
+impl DraftModelEngine<AnyLm> {
+    /// Loads a draft model of any family the registry lets draft as one.
     pub fn load(
-        path: &Path,
-        device: &Device,
+        source: &ModelSource,
+        spec: &LoadSpec<'_>,
         max_draft_tokens: usize,
     ) -> Result<Self, EngineError> {
-        let model =
-            Qwen2Model::load_with(path, device, &LoadOptions::default()).map_err(internal)?;
+        let path = source.path();
+        if !source.lm_family().map_err(internal)?.draft_model {
+            return Err(EngineError::invalid(
+                "drafter",
+                format!(
+                    "{}: a {} checkpoint does not draft as a draft model",
+                    path.display(),
+                    source.family().name
+                ),
+            ));
+        }
+        let model = source.load_lm(spec).map_err(internal)?.model;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

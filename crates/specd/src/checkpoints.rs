@@ -1,0 +1,137 @@
+//! `--target` and `--drafter` loaded through the model-family registry
+//! ([`specd_models::family`]): the commands ask it what a checkpoint is and how it loads, and
+//! never test for a family or a file format themselves.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use specd_models::{LoadSpec, ModelSource};
+use specd_text::TargetText;
+use specd_verifier::{AnyTarget, TargetModel};
+
+use crate::device::ComputeArgs;
+use crate::generate::EmbeddedDraft;
+
+/// What a model path holds; `role` (`target`, `drafter`) names it in the error.
+pub fn detect(path: &Path, role: &str) -> Result<ModelSource> {
+    ModelSource::detect(path).with_context(|| format!("loading the {role} from {}", path.display()))
+}
+
+/// A drafter checkpoint given as `--target`.
+pub fn not_a_target(source: &ModelSource) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--target {}: a {} (a drafter), not a target",
+        source.path().display(),
+        source.family().name
+    )
+}
+
+/// A checkpoint that cannot draft given as `--drafter`.
+pub fn not_a_drafter(source: &ModelSource) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--drafter {}: a {} target checkpoint, not a drafter (an MTP assistant or a draft \
+         model)",
+        source.path().display(),
+        source.family().name
+    )
+}
+
+/// The kind of drafter a checkpoint is: an MTP assistant drafts by MTP, a causal LM whose
+/// family drafts as a draft model is one; another target checkpoint is refused.
+pub fn drafter_kind_of(path: &Path) -> Result<EmbeddedDraft> {
+    let source = detect(path, "drafter")?;
+    match source.family().lm() {
+        None => Ok(EmbeddedDraft::Mtp),
+        Some(lm) if lm.draft_model => Ok(EmbeddedDraft::DraftModel),
+        Some(_) => Err(not_a_drafter(&source)),
+    }
+}
+
+/// The loaded `--target`: its checkpoint, the verifier's model and its text side (`None`
+/// where it cannot be read; without a tokenizer where it has none).
+pub struct LoadedTarget {
+    pub source: ModelSource,
+    pub model: AnyTarget,
+    pub text: Option<TargetText>,
+}
+
+impl LoadedTarget {
+    pub fn load(path: &Path, compute: &ComputeArgs) -> Result<Self> {
+        let source = detect(path, "target")?;
+        let Some(family) = source.family().lm() else {
+            return Err(not_a_target(&source));
+        };
+        let text = match family.eos {
+            // The model's end-of-sequence ids are its tokenizer's: no tokenizer, no target.
+            specd_models::family::EosSource::Tokenizer => Some(
+                TargetText::load(path)
+                    .with_context(|| format!("loading the tokenizer of {}", path.display()))?,
+            ),
+            specd_models::family::EosSource::Config => optional_text(path),
+        };
+        let device = compute.device()?;
+        let spec = LoadSpec {
+            device: &device,
+            dtype: compute.dtype(),
+        };
+        let model = AnyTarget::load(&source, &spec, text.as_ref().map(|t| t.eos_token_ids()))
+            .with_context(|| format!("loading the target from {}", path.display()))?;
+        Ok(Self {
+            source,
+            model,
+            text,
+        })
+    }
+
+    /// Whether the target exports the K/V an MTP assistant drafts from.
+    pub fn exports_kv(&self) -> bool {
+        self.source.family().lm().is_some_and(|lm| lm.exports_kv)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+}
+
+/// The text side of a target whose model does not need it: `None` where it cannot be read
+/// (token ids still work).
+fn optional_text(path: &Path) -> Option<TargetText> {
+    match TargetText::load(path) {
+        Ok(text) => Some(text),
+        Err(error) => {
+            tracing::warn!(%error, "the target's tokenizer cannot be read; only token ids work");
+            None
+        }
+    }
+}
+
+/// Refuses `--draft kind` with a `--drafter` checkpoint of another kind, and an MTP
+/// assistant for a target that exports no K/V.
+pub fn check_drafter(kind: EmbeddedDraft, drafter: &Path, target: &LoadedTarget) -> Result<()> {
+    let found = drafter_kind_of(drafter)?;
+    let name = |k: EmbeddedDraft| match k {
+        EmbeddedDraft::Mtp => "an MTP assistant",
+        _ => "a draft model",
+    };
+    if matches!(kind, EmbeddedDraft::Mtp | EmbeddedDraft::DraftModel) && kind != found {
+        bail!(
+            "--draft: {} needs {}; --drafter {} is {}",
+            match kind {
+                EmbeddedDraft::Mtp => "mtp",
+                _ => "draft-model",
+            },
+            name(kind),
+            drafter.display(),
+            name(found)
+        );
+    }
+    if found == EmbeddedDraft::Mtp && !target.exports_kv() {
+        bail!(
+            "--drafter {}: an MTP assistant drafts from its target's K/V; a {} target \
+             exports none",
+            drafter.display(),
+            target.source.family().name
+        );
+    }
+    Ok(())
+}
