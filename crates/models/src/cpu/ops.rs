@@ -3,7 +3,8 @@
 //! fuses), so a row's result never depends on the rows beside it or on the instruction set,
 //! and no CPU needs a software fused multiply-add.
 
-const LANES: usize = 16;
+/// Independent accumulators of a fixed-order reduction (see [`reduce`]).
+pub(crate) const LANES: usize = 16;
 
 /// `sum a[i] * b[i]`: 16 lane accumulators, reduced pairwise.
 #[inline(always)]
@@ -23,7 +24,9 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     reduce(acc)
 }
 
-/// Sums 16 lanes pairwise, in a fixed order.
+/// Sums 16 lanes pairwise, in a fixed order: the one reduction of every fixed-order dot
+/// product (the CPU engine's and the exact kernels'), so their results depend only on the
+/// inputs.
 #[inline(always)]
 pub(crate) fn reduce(mut acc: [f32; LANES]) -> f32 {
     let mut width = LANES;

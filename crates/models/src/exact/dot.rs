@@ -3,7 +3,7 @@
 //! The lane structure is explicit (16 independent accumulators reduced in a fixed order), so
 //! the compiler vectorizes without reassociating, and the result depends only on the inputs.
 
-const LANES: usize = 16;
+use crate::cpu::ops::{reduce, LANES};
 
 #[inline(always)]
 fn dot_generic<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
@@ -29,15 +29,7 @@ fn dot_generic<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
             acc[l] + a[i] * b[i]
         };
     }
-    // Pairwise reduction in a fixed order.
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            acc[l] += acc[l + width];
-        }
-    }
-    acc[0]
+    reduce(acc)
 }
 
 /// Four dot products against one shared vector `w`, each computed with exactly the lane
@@ -71,18 +63,7 @@ fn dot4_generic<const FMA: bool>(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
             };
         }
     }
-    let mut out = [0f32; 4];
-    for r in 0..4 {
-        let mut width = LANES;
-        while width > 1 {
-            width /= 2;
-            for l in 0..width {
-                acc[r][l] += acc[r][l + width];
-            }
-        }
-        out[r] = acc[r][0];
-    }
-    out
+    acc.map(reduce)
 }
 
 #[inline(always)]
