@@ -6,6 +6,7 @@ use candle_core::{DType, Tensor, D};
 
 use super::cache::SequenceCache;
 use super::config::{Gemma4TextConfig, LayerGeometry, LayerKind};
+use super::layer_frame::{norm, LayerFrame};
 use super::moe::MoeBlock;
 use super::norm::RmsNorm;
 use super::rope;
@@ -57,23 +58,9 @@ pub struct DecoderLayer {
     num_heads: usize,
     window: Option<usize>,
     attn: Attention,
-    gate_proj: Projection,
-    up_proj: Projection,
-    down_proj: Projection,
-    input_norm: RmsNorm,
-    post_attention_norm: RmsNorm,
-    pre_feedforward_norm: RmsNorm,
-    post_feedforward_norm: RmsNorm,
+    frame: LayerFrame,
     per_layer_input: Option<PerLayerInput>,
     moe: Option<MoeBlock>,
-    layer_scalar: Tensor,
-}
-
-fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
-    Ok(RmsNorm::new(
-        ckpt.tensor(&format!("{name}.weight"), &[dim])?,
-        eps,
-    ))
 }
 
 impl DecoderLayer {
@@ -135,31 +122,17 @@ impl DecoderLayer {
             }),
             None => None,
         };
-        let inter = g.mlp_intermediate;
-        let scalar_name = format!("{p}.layer_scalar");
-        let layer_scalar = if ckpt.contains(&scalar_name) {
-            ckpt.tensor(&scalar_name, &[1])?
-        } else {
-            Tensor::ones(1, ckpt.dtype(), ckpt.device())?
-        };
         Ok(Self {
             index,
             window: (g.kind == LayerKind::Sliding).then_some(cfg.sliding_window),
             num_heads: cfg.num_heads,
             attn,
-            gate_proj: Projection::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
-            up_proj: Projection::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
-            down_proj: Projection::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
-            input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
-            post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
-            pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,
-            post_feedforward_norm: norm(ckpt, &format!("{p}.post_feedforward_layernorm"), h, eps)?,
+            frame: LayerFrame::load(ckpt, &p, h, g.mlp_intermediate, eps)?,
             per_layer_input,
             moe: cfg
                 .moe
                 .map(|moe| MoeBlock::load(ckpt, &p, moe, h, eps))
                 .transpose()?,
-            layer_scalar,
             geometry: g,
         })
     }
@@ -179,27 +152,33 @@ impl DecoderLayer {
         per_layer_input: Option<&Tensor>,
         exact: bool,
     ) -> Result<Tensor> {
-        let attn_out = self.attention(&self.input_norm.forward(h)?, rows, ropes, caches, exact)?;
-        let h = (h + self.post_attention_norm.forward(&attn_out)?)?;
+        let attn_out = self.attention(
+            &self.frame.input_norm.forward(h)?,
+            rows,
+            ropes,
+            caches,
+            exact,
+        )?;
+        let h = (h + self.frame.post_attention_norm.forward(&attn_out)?)?;
 
-        let x = self.pre_feedforward_norm.forward(&h)?;
+        let x = self.frame.pre_feedforward_norm.forward(&h)?;
         let [gate, up]: [Tensor; 2] =
-            Projection::forward_all(&[&self.gate_proj, &self.up_proj], &x, exact)?
+            Projection::forward_all(&[&self.frame.gate_proj, &self.frame.up_proj], &x, exact)?
                 .try_into()
                 .map_err(|_| candle_core::Error::Msg("gate and up: two outputs expected".into()))?;
-        let mlp = self.down_proj.forward(&(gate.gelu()? * up)?, exact)?;
+        let mlp = self.frame.down_proj.forward(&(gate.gelu()? * up)?, exact)?;
         let feed_forward = match &self.moe {
             Some(moe) => moe.forward(&h, &mlp, exact)?,
             None => mlp,
         };
-        let mut h = (h + self.post_feedforward_norm.forward(&feed_forward)?)?;
+        let mut h = (h + self.frame.post_feedforward_norm.forward(&feed_forward)?)?;
 
         if let (Some(ple), Some(input)) = (&self.per_layer_input, per_layer_input) {
             let g = ple.gate.forward(&h, exact)?.gelu()?;
             let g = ple.projection.forward(&(g * input)?, exact)?;
             h = (h + ple.post_norm.forward(&g)?)?;
         }
-        Ok(h.broadcast_mul(&self.layer_scalar)?)
+        Ok(h.broadcast_mul(&self.frame.layer_scalar)?)
     }
 
     fn attention(

@@ -5,6 +5,7 @@ pub mod config;
 mod family;
 pub mod gguf;
 mod layer;
+pub(crate) mod layer_frame;
 mod model;
 mod moe;
 pub(crate) mod norm;

@@ -6,6 +6,7 @@ use candle_core::{DType, Tensor, D};
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::exact::{exact_attention, AttentionSpan};
+use crate::gemma4::layer_frame::{norm, LayerFrame};
 use crate::gemma4::norm::RmsNorm;
 use crate::gemma4::rope;
 use crate::gemma4::{Gemma4TextConfig, LayerGeometry, LayerKind};
@@ -26,21 +27,7 @@ pub struct AssistantLayer {
     q_proj: Projection,
     q_norm: RmsNorm,
     o_proj: Projection,
-    gate_proj: Projection,
-    up_proj: Projection,
-    down_proj: Projection,
-    input_norm: RmsNorm,
-    post_attention_norm: RmsNorm,
-    pre_feedforward_norm: RmsNorm,
-    post_feedforward_norm: RmsNorm,
-    layer_scalar: Tensor,
-}
-
-fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
-    Ok(RmsNorm::new(
-        ckpt.tensor(&format!("{name}.weight"), &[dim])?,
-        eps,
-    ))
+    frame: LayerFrame,
 }
 
 impl AssistantLayer {
@@ -49,26 +36,12 @@ impl AssistantLayer {
         let p = format!("model.layers.{index}");
         let (h, eps, bias) = (cfg.hidden_size, cfg.rms_norm_eps, cfg.attention_bias);
         let q_width = cfg.num_heads * g.head_dim;
-        let inter = cfg.intermediate_size;
-        let scalar_name = format!("{p}.layer_scalar");
-        let layer_scalar = if ckpt.contains(&scalar_name) {
-            ckpt.tensor(&scalar_name, &[1])?
-        } else {
-            Tensor::ones(1, ckpt.dtype(), ckpt.device())?
-        };
         Ok(Self {
             num_heads: cfg.num_heads,
             q_proj: Projection::load(ckpt, &format!("{p}.self_attn.q_proj"), q_width, h, bias)?,
             q_norm: norm(ckpt, &format!("{p}.self_attn.q_norm"), g.head_dim, eps)?,
             o_proj: Projection::load(ckpt, &format!("{p}.self_attn.o_proj"), h, q_width, bias)?,
-            gate_proj: Projection::load(ckpt, &format!("{p}.mlp.gate_proj"), inter, h, false)?,
-            up_proj: Projection::load(ckpt, &format!("{p}.mlp.up_proj"), inter, h, false)?,
-            down_proj: Projection::load(ckpt, &format!("{p}.mlp.down_proj"), h, inter, false)?,
-            input_norm: norm(ckpt, &format!("{p}.input_layernorm"), h, eps)?,
-            post_attention_norm: norm(ckpt, &format!("{p}.post_attention_layernorm"), h, eps)?,
-            pre_feedforward_norm: norm(ckpt, &format!("{p}.pre_feedforward_layernorm"), h, eps)?,
-            post_feedforward_norm: norm(ckpt, &format!("{p}.post_feedforward_layernorm"), h, eps)?,
-            layer_scalar,
+            frame: LayerFrame::load(ckpt, &p, h, cfg.intermediate_size, eps)?,
             geometry: g,
         })
     }
@@ -90,15 +63,15 @@ impl AssistantLayer {
         kv: &VisibleKv,
         exact: bool,
     ) -> Result<Tensor> {
-        let attn = self.attention(&self.input_norm.forward(x)?, rope_table, kv, exact)?;
-        let x = (x + self.post_attention_norm.forward(&attn)?)?;
+        let attn = self.attention(&self.frame.input_norm.forward(x)?, rope_table, kv, exact)?;
+        let x = (x + self.frame.post_attention_norm.forward(&attn)?)?;
 
-        let h = self.pre_feedforward_norm.forward(&x)?;
-        let gate = self.gate_proj.forward(&h, exact)?.gelu()?;
-        let up = self.up_proj.forward(&h, exact)?;
-        let mlp = self.down_proj.forward(&(gate * up)?, exact)?;
-        let x = (x + self.post_feedforward_norm.forward(&mlp)?)?;
-        Ok(x.broadcast_mul(&self.layer_scalar)?)
+        let h = self.frame.pre_feedforward_norm.forward(&x)?;
+        let gate = self.frame.gate_proj.forward(&h, exact)?.gelu()?;
+        let up = self.frame.up_proj.forward(&h, exact)?;
+        let mlp = self.frame.down_proj.forward(&(gate * up)?, exact)?;
+        let x = (x + self.frame.post_feedforward_norm.forward(&mlp)?)?;
+        Ok(x.broadcast_mul(&self.frame.layer_scalar)?)
     }
 
     fn attention(
