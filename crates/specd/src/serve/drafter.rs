@@ -12,8 +12,8 @@ use specd_drafter::{
 };
 use specd_models::LoadSpec;
 
-use super::listen::{bind, shutdown_signal, ListenerArgs};
-use super::LimitArgs;
+use super::listen::{bind, shutdown_signal};
+use super::ServiceArgs;
 use crate::checkpoints::{detect, drafter_kind_of};
 use crate::device::ComputeArgs;
 use crate::generate::EmbeddedDraft;
@@ -60,11 +60,7 @@ pub struct DrafterArgs {
     #[arg(long, env = "SPECD_PREFIX_CACHE_BYTES", default_value_t = DEFAULT_DRAFTER_PREFIX_CACHE_BYTES)]
     pub prefix_cache_bytes: usize,
     #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: super::TelemetryArgs,
+    pub service: ServiceArgs,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -121,14 +117,14 @@ fn vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
 
 async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<()> {
     let config = DrafterServerConfig {
-        limits: args.limits.limits()?,
+        limits: args.service.limits.limits()?,
         max_sessions: args.max_sessions,
         idle_timeout: (args.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(args.idle_timeout_secs)),
         max_concurrent_opens: args.max_concurrent_opens.max(1),
         open_timeout: Duration::from_secs(args.open_timeout_secs.max(1)),
         max_kv_tokens: args.max_kv_tokens,
-        serving: args.listener.options()?,
+        serving: args.service.listener.options()?,
         ..DrafterServerConfig::default()
     };
     let service = DrafterService::new(Arc::new(engine), config)?;

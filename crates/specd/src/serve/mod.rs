@@ -42,6 +42,18 @@ enum Service {
     Router(Box<router::RouterArgs>),
 }
 
+/// What every service's command line has: message limits, its listener (TLS, API keys)
+/// and its telemetry.
+#[derive(Args, Debug)]
+pub struct ServiceArgs {
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub listener: listen::ListenerArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
 /// Message limits every service applies to both directions.
 #[derive(Args, Debug, Clone)]
 pub struct LimitArgs {

@@ -19,10 +19,9 @@ use specd_verifier::{BatchVerifier, TargetCarry, TargetModel};
 use super::announced_drafter::AnnouncedDrafter;
 use super::drafter::DEFAULT_DRAFTER_PREFIX_CACHE_BYTES;
 use super::engine::LocalEngine;
-use super::listen::ListenerArgs;
 use super::router::{serve_api, ApiArgs};
 use super::verifier::{dir_name, SequenceArgs};
-use super::{LimitArgs, TelemetryArgs};
+use super::ServiceArgs;
 use crate::checkpoints::{drafter_kind_of, LoadedTarget};
 use crate::device::ComputeArgs;
 use crate::generate::EmbeddedDraft;
@@ -58,11 +57,7 @@ pub struct OneProcessArgs {
     #[command(flatten)]
     pub api: ApiArgs,
     #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: TelemetryArgs,
+    pub service: ServiceArgs,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -102,7 +97,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
     let text = text.unwrap_or_else(|| TargetText::without_tokenizer(Vec::new()));
     let config = args
         .api
-        .config(&args.limits, &args.listener, OverlapMode::Off, 0, 0, None)?;
+        .config(&args.service, OverlapMode::Off, 0, 0, None)?;
     let service = GenerationService::in_process(engine, text, config);
     serve_api(service, args.listen, &args.api).await
 }

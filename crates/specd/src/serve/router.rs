@@ -16,8 +16,8 @@ use specd_router::{
 };
 use specd_wire::tls::ClientTls;
 
-use super::listen::{bind, bind_http, shutdown_signal, ListenerArgs};
-use super::LimitArgs;
+use super::listen::{bind, bind_http, shutdown_signal};
+use super::ServiceArgs;
 
 /// `--overlap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -144,11 +144,7 @@ pub struct RouterArgs {
     #[command(flatten)]
     pub api: ApiArgs,
     #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: super::TelemetryArgs,
+    pub service: ServiceArgs,
 }
 
 /// The public API's settings, shared by the router and the one-process server.
@@ -205,8 +201,7 @@ impl ApiArgs {
     /// The router's settings of these flags; `overlap` and `upstream_tls` as given.
     pub fn config(
         &self,
-        limits: &LimitArgs,
-        listener: &ListenerArgs,
+        service: &ServiceArgs,
         overlap: OverlapMode,
         predraft_branches: u32,
         max_snapshot_bytes: usize,
@@ -216,7 +211,7 @@ impl ApiArgs {
             anyhow::bail!("--max-concurrent-requests: must be at least 1");
         }
         Ok(RouterConfig {
-            limits: limits.limits()?,
+            limits: service.limits.limits()?,
             default_max_tokens: self.default_max_tokens,
             block_size: self.block_size.max(1),
             max_block_size: self.max_block_size.max(1),
@@ -234,7 +229,7 @@ impl ApiArgs {
                 }
                 None => None,
             },
-            serving: listener.options()?,
+            serving: service.listener.options()?,
             prefix_cache_scope: self.prefix_cache_scope.scope(),
             upstream_tls,
         })
@@ -402,8 +397,7 @@ pub async fn run(args: RouterArgs) -> Result<()> {
         ],
     )?;
     let config = args.api.config(
-        &args.limits,
-        &args.listener,
+        &args.service,
         args.overlap.mode(),
         args.predraft_branches,
         args.max_snapshot_bytes,

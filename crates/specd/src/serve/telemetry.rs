@@ -38,10 +38,10 @@ impl TelemetryArgs {
 impl ServeArgs {
     fn telemetry_config(&self) -> TelemetryConfig {
         match &self.service {
-            Some(Service::Verifier(args)) => args.telemetry.config("specd-verifier"),
-            Some(Service::Drafter(args)) => args.telemetry.config("specd-drafter"),
-            Some(Service::Router(args)) => args.telemetry.config("specd-router"),
-            None => self.one_process.telemetry.config("specd"),
+            Some(Service::Verifier(args)) => args.service.telemetry.config("specd-verifier"),
+            Some(Service::Drafter(args)) => args.service.telemetry.config("specd-drafter"),
+            Some(Service::Router(args)) => args.service.telemetry.config("specd-router"),
+            None => self.one_process.service.telemetry.config("specd"),
         }
     }
 }

@@ -10,8 +10,8 @@ use clap::Args;
 use specd_verifier::server::{serve, VerifierServerConfig, VerifierService};
 use specd_verifier::{BatchConfig, KvBudget, LocalVerifier, TargetModel, VerifierLimits};
 
-use super::listen::{bind, shutdown_signal, ListenerArgs};
-use super::LimitArgs;
+use super::listen::{bind, shutdown_signal};
+use super::ServiceArgs;
 use crate::checkpoints::LoadedTarget;
 use crate::device::ComputeArgs;
 
@@ -30,11 +30,7 @@ pub struct VerifierArgs {
     #[arg(long, env = "SPECD_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: u64,
     #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub listener: ListenerArgs,
-    #[command(flatten)]
-    pub telemetry: super::TelemetryArgs,
+    pub service: ServiceArgs,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -112,12 +108,12 @@ pub async fn run(args: VerifierArgs) -> Result<()> {
 async fn serve_target<T: TargetModel>(target: T, args: &VerifierArgs) -> Result<()> {
     let local = args.sequences.local(target);
     let config = VerifierServerConfig {
-        limits: args.limits.limits()?,
+        limits: args.service.limits.limits()?,
         idle_timeout: (args.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(args.idle_timeout_secs)),
         model_name: dir_name(&args.target),
         batch: args.sequences.batch(),
-        serving: args.listener.options()?,
+        serving: args.service.listener.options()?,
     };
     let service = VerifierService::new(Arc::new(local), config);
     let incoming = bind(args.listen, "verifier")?;
