@@ -140,27 +140,7 @@ impl RowWriter {
 /// [`quantize_into`] compiled for the machine's vector width; the bits do not depend on it
 /// (no fused operations).
 fn quantize_for_isa(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
-    match Isa::active() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `active` is a supported kernel set.
-        Isa::Avx512Vnni => unsafe { quantize_avx512(x, block, q, d, sums) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::AvxVnni | Isa::Avx2 => unsafe { quantize_avx2(x, block, q, d, sums) },
-        _ => quantize_into(x, block, q, d, sums),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn quantize_avx512(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
-    quantize_into(x, block, q, d, sums)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_avx2(x: &[f32], block: usize, q: &mut [i8], d: &mut [f32], sums: &mut [i32]) {
-    quantize_into(x, block, q, d, sums)
+    super::with_isa(Isa::active(), || quantize_into(x, block, q, d, sums))
 }
 
 /// `d = max|x| / 127`, `q = round(x / d)`, per block; sums of each 16 codes.
