@@ -27,6 +27,15 @@ pub enum ModelError {
     Candle(#[from] candle_core::Error),
     #[error(transparent)]
     Gguf(#[from] crate::qwen2::Qwen2Error),
+    /// Boxed, as in [`crate::qwen2::Qwen2Error`].
+    #[error(transparent)]
+    GgufFile(Box<crate::gguf::GgufError>),
+}
+
+impl From<crate::gguf::GgufError> for ModelError {
+    fn from(error: crate::gguf::GgufError) -> Self {
+        Self::GgufFile(Box::new(error))
+    }
 }
 
 impl ModelError {

@@ -16,7 +16,7 @@ pub mod exact;
 pub mod family;
 pub mod gemma4;
 pub mod gemma4_assistant;
-mod gguf_value;
+pub mod gguf;
 pub mod linear;
 pub mod projection;
 pub mod qwen2;

@@ -34,7 +34,7 @@ impl ModelSource {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
             ));
         }
-        let gguf = crate::qwen2::GgufFile::open(path).map_err(|e| {
+        let gguf = crate::gguf::GgufFile::open(path).map_err(|e| {
             ModelError::Invalid(format!(
                 "{}: not a model directory or GGUF file: {e}",
                 path.display()
@@ -113,7 +113,7 @@ impl ModelSource {
                 )
             });
         }
-        let gguf = crate::qwen2::GgufFile::open(&self.path)?;
+        let gguf = crate::gguf::GgufFile::open(&self.path)?;
         let dims = gguf.tensor_dims("token_embd.weight")?;
         dims.first().copied().ok_or_else(|| {
             ModelError::Invalid(format!(

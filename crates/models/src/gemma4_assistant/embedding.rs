@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::gemma4::{CheckpointLayout, Gemma4TextConfig};
-use crate::qwen2::GgufFile;
+use crate::gguf::GgufFile;
 
 /// The GGUF name of the target's token embedding.
 const GGUF_TABLE: &str = "token_embd.weight";

@@ -220,11 +220,11 @@ pub(crate) fn meta_usize(metadata: &HashMap<String, Value>, field: &str) -> Resu
 }
 
 pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
-    crate::gguf_value::count(value).map_err(|reason| Qwen2Error::field(field, reason))
+    crate::gguf::value::count(value).map_err(|reason| Qwen2Error::field(field, reason))
 }
 
 fn meta_f64(metadata: &HashMap<String, Value>, field: &str) -> Result<f64> {
-    crate::gguf_value::float(meta(metadata, field)?)
+    crate::gguf::value::float(meta(metadata, field)?)
         .map_err(|reason| Qwen2Error::field(field, reason))
 }
 
@@ -238,7 +238,7 @@ fn meta_f64_or(metadata: &HashMap<String, Value>, field: &str, default: f64) -> 
 
 /// `rope_freqs.weight` (`[head_dim / 2]`, Llama 3.1's long-context rotary scaling) where the
 /// file has it; empty otherwise.
-pub(crate) fn rope_freq_factors(gguf: &super::gguf::GgufFile, pairs: usize) -> Result<Vec<f64>> {
+pub(crate) fn rope_freq_factors(gguf: &crate::gguf::GgufFile, pairs: usize) -> Result<Vec<f64>> {
     const NAME: &str = "rope_freqs.weight";
     if !gguf.has_tensor(NAME) {
         return Ok(Vec::new());

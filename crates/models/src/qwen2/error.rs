@@ -1,38 +1,13 @@
 //! Errors of the Qwen2 model; each names the file, field or tensor at fault.
 
-use std::path::PathBuf;
-
 use candle_core::quantized::GgmlDType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Qwen2Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: not a readable GGUF file: {source}")]
-    Gguf {
-        path: PathBuf,
-        source: candle_core::Error,
-    },
     #[error("GGUF metadata field {field}: missing")]
     MissingField { field: String },
     #[error("GGUF metadata field {field}: {message}")]
     InvalidField { field: String, message: String },
-    #[error("GGUF tensor {name}: missing")]
-    MissingTensor { name: String },
-    #[error("GGUF tensor {name}: expected shape {expected:?}, found {found:?}")]
-    TensorShape {
-        name: String,
-        expected: Vec<usize>,
-        found: Vec<usize>,
-    },
-    #[error("GGUF tensor {name}: cannot load: {source}")]
-    TensorLoad {
-        name: String,
-        source: candle_core::Error,
-    },
     #[error("GGUF tensor {name}: cannot requantize {from:?} to Q8_0: {source}")]
     Requantize {
         name: String,
@@ -69,6 +44,15 @@ pub enum Qwen2Error {
     },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// Boxed: a file error is rare and would widen every result of the model.
+    #[error(transparent)]
+    File(Box<crate::gguf::GgufError>),
+}
+
+impl From<crate::gguf::GgufError> for Qwen2Error {
+    fn from(error: crate::gguf::GgufError) -> Self {
+        Self::File(Box::new(error))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Qwen2Error>;

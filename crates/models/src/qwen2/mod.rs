@@ -16,13 +16,12 @@ mod config;
 mod engine;
 mod error;
 mod family;
-mod gguf;
 mod model;
 mod rotary_rows;
 
+pub use crate::gguf::{GgufFile, RawTensor};
 pub use cache::KvCache;
 pub use config::{architecture, Architecture, Qwen2Config, RotaryPairs, ARCHITECTURES};
 pub use error::{Qwen2Error, Result};
 pub use family::FAMILY;
-pub use gguf::{GgufFile, RawTensor};
 pub use model::{Backend, BlockRow, EngineInfo, LoadOptions, Qwen2Model, PREFILL_CHUNK};

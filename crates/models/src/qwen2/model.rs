@@ -13,10 +13,10 @@ use super::candle::{CandleQwen2, CandleRow};
 use super::config::Qwen2Config;
 use super::engine::{Engine, EngineRow};
 use super::error::{Qwen2Error, Result};
-use super::gguf::GgufFile;
 use crate::causal_lm::{top_two_with, CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 use crate::cpu::Span;
 use crate::error::ModelError;
+use crate::gguf::{GgufError, GgufFile};
 
 /// Which implementation runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,11 +82,12 @@ impl Qwen2Model {
         let started = Instant::now();
         let embed_dims = gguf.tensor_dims("token_embd.weight")?;
         let [vocab_size, _] = embed_dims[..] else {
-            return Err(Qwen2Error::TensorShape {
+            return Err(GgufError::TensorShape {
                 name: "token_embd.weight".into(),
                 expected: vec![0, 0],
                 found: embed_dims,
-            });
+            }
+            .into());
         };
         let mut config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
         config.rope_freq_factors = super::config::rope_freq_factors(gguf, config.head_dim / 2)?;

@@ -87,9 +87,9 @@ impl Meta<'_> {
 }
 
 pub(super) fn integer(value: &Value, key: &str) -> Result<usize> {
-    crate::gguf_value::count(value).map_err(|reason| ModelError::config(key, reason))
+    crate::gguf::value::count(value).map_err(|reason| ModelError::config(key, reason))
 }
 
 pub(super) fn float(value: &Value, key: &str) -> Result<f64> {
-    crate::gguf_value::float(value).map_err(|reason| ModelError::config(key, reason))
+    crate::gguf::value::float(value).map_err(|reason| ModelError::config(key, reason))
 }

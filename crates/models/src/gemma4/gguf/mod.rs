@@ -54,7 +54,7 @@ use super::config::{CheckpointLayout, Gemma4TextConfig};
 use crate::checkpoint::{Checkpoint, StoredMatrix, TensorStore};
 use crate::cpu::WeightFormat;
 use crate::error::{ModelError, Result};
-use crate::qwen2::GgufFile;
+use crate::gguf::GgufFile;
 
 pub use assistant::{open_assistant, ASSISTANT_ARCHITECTURE};
 

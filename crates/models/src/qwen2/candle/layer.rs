@@ -6,13 +6,13 @@ use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{Device, Tensor};
 
 use super::super::config::{Qwen2Config, RotaryPairs};
-use super::super::error::{Qwen2Error, Result};
-use super::super::gguf::GgufFile;
+use super::super::error::Result;
 use super::super::rotary_rows::halves_from_adjacent;
 use super::attention::Attention;
 use super::cache::DeviceKv;
 use super::linear::QLinear;
 use crate::cpu::Span;
+use crate::gguf::{GgufError, GgufFile};
 
 /// What loading needs besides the file: the device.
 pub(crate) struct LoadContext<'a> {
@@ -60,7 +60,7 @@ impl LoadContext<'_> {
         let raw = self.gguf.raw(&weight_name, &[out, inp])?;
         let row_bytes = raw.bytes.len() / out.max(1);
         let rows = halves_from_adjacent(&weight_name, raw.bytes, head_dim, row_bytes)?;
-        let wrap = |source| Qwen2Error::TensorLoad {
+        let wrap = |source| GgufError::TensorLoad {
             name: weight_name.clone(),
             source,
         };
@@ -82,8 +82,9 @@ impl LoadContext<'_> {
     }
 
     pub(crate) fn norm(&mut self, name: &str, size: usize) -> Result<Tensor> {
-        self.gguf
-            .dense(&format!("{name}.weight"), &[size], self.device)
+        Ok(self
+            .gguf
+            .dense(&format!("{name}.weight"), &[size], self.device)?)
     }
 }
 

@@ -14,8 +14,8 @@ use candle_core::{Device, Tensor};
 
 use super::config::Qwen2Config;
 use super::error::Result;
-use super::gguf::GgufFile;
 use crate::cpu::Span;
+use crate::gguf::GgufFile;
 pub(crate) use cache::DeviceKv;
 use layer::{DecoderLayer, LoadContext};
 use linear::QLinear;

@@ -14,7 +14,7 @@ use crate::cpu::{Isa, KvBuffers, Output, Task, ThreadPool};
 
 use super::config::Qwen2Config;
 use super::error::Result;
-use super::gguf::GgufFile;
+use crate::gguf::GgufFile;
 use forward::Workspace;
 use weights::Weights;
 

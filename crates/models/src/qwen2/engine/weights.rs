@@ -9,8 +9,8 @@ use crate::cpu::{PackedMatrix, ThreadPool, WeightFormat};
 
 use super::super::config::{Qwen2Config, RotaryPairs};
 use super::super::error::{Qwen2Error, Result};
-use super::super::gguf::GgufFile;
 use super::super::rotary_rows::halves_from_adjacent;
+use crate::gguf::{GgufError, GgufFile};
 
 /// A token embedding kept in its stored format; rows are decoded one at a time.
 pub(crate) struct EmbeddingTable {
@@ -44,10 +44,11 @@ pub(crate) struct Weights {
 }
 
 fn load_error(name: &str, message: impl std::fmt::Display) -> Qwen2Error {
-    Qwen2Error::TensorLoad {
+    GgufError::TensorLoad {
         name: name.to_string(),
         source: candle_core::Error::Msg(message.to_string()),
     }
+    .into()
 }
 
 struct Loader<'a> {

@@ -9,7 +9,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::error::{Qwen2Error, Result};
+use super::error::{GgufError, Result};
 
 /// An open GGUF file: its parsed header, a reader and a read-only map of the tensor data.
 pub struct GgufFile {
@@ -29,7 +29,7 @@ pub struct RawTensor<'a> {
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let io_err = |source| Qwen2Error::Io {
+        let io_err = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
         };
@@ -40,7 +40,7 @@ impl GgufFile {
         // Parsed from the map: the header holds hundreds of thousands of small strings (the
         // vocabulary and merges), and read from the file each one costs system calls.
         let content = Content::read(&mut std::io::Cursor::new(&map[..])).map_err(|source| {
-            Qwen2Error::Gguf {
+            GgufError::Unreadable {
                 path: path.to_path_buf(),
                 source,
             }
@@ -101,7 +101,7 @@ impl GgufFile {
                 dims,
                 bytes: &self.map[range],
             }),
-            None => Err(Qwen2Error::TensorLoad {
+            None => Err(GgufError::TensorLoad {
                 name: name.to_string(),
                 source: candle_core::Error::Msg(format!(
                     "{} values of {:?} at offset {} are not whole blocks inside the file ({} \
@@ -119,7 +119,7 @@ impl GgufFile {
     fn checked_dims(&self, name: &str, expected: &[usize]) -> Result<Vec<usize>> {
         let found = self.tensor_dims(name)?;
         if found != expected {
-            return Err(Qwen2Error::TensorShape {
+            return Err(GgufError::TensorShape {
                 name: name.to_string(),
                 expected: expected.to_vec(),
                 found,
@@ -142,13 +142,13 @@ impl GgufFile {
 
     /// The tensor's shape in candle order (outermost first), without loading it.
     pub fn tensor_dims(&self, name: &str) -> Result<Vec<usize>> {
-        let info =
-            self.content
-                .tensor_infos
-                .get(name)
-                .ok_or_else(|| Qwen2Error::MissingTensor {
-                    name: name.to_string(),
-                })?;
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| GgufError::MissingTensor {
+                name: name.to_string(),
+            })?;
         Ok(info.shape.dims().to_vec())
     }
 
@@ -157,7 +157,7 @@ impl GgufFile {
         self.checked_dims(name, expected)?;
         self.content
             .tensor(&mut self.reader, name, device)
-            .map_err(|source| Qwen2Error::TensorLoad {
+            .map_err(|source| GgufError::TensorLoad {
                 name: name.to_string(),
                 source,
             })
@@ -168,7 +168,7 @@ impl GgufFile {
         let q = self.qtensor(name, expected, device)?;
         q.dequantize(device)
             .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|source| Qwen2Error::TensorLoad {
+            .map_err(|source| GgufError::TensorLoad {
                 name: name.to_string(),
                 source,
             })
