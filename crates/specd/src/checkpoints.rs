@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use candle_core::Device;
 use specd_models::{LoadSpec, ModelSource};
 use specd_text::TargetText;
 use specd_verifier::{AnyTarget, TargetModel};
@@ -47,12 +48,14 @@ pub fn drafter_kind_of(path: &Path) -> Result<EmbeddedDraft> {
     }
 }
 
-/// The loaded `--target`: its checkpoint, the verifier's model and its text side (`None`
-/// where it cannot be read; without a tokenizer where it has none).
+/// The loaded `--target`: its checkpoint, the verifier's model, its text side (`None`
+/// where it cannot be read; without a tokenizer where it has none) and the device it runs
+/// on, where its drafter runs too (tensors pass between them).
 pub struct LoadedTarget {
     pub source: ModelSource,
     pub model: AnyTarget,
     pub text: Option<TargetText>,
+    pub device: Device,
 }
 
 impl LoadedTarget {
@@ -80,6 +83,7 @@ impl LoadedTarget {
             source,
             model,
             text,
+            device,
         })
     }
 

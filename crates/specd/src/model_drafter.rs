@@ -39,9 +39,8 @@ impl ModelDrafter {
     ) -> anyhow::Result<Self> {
         use anyhow::Context;
         check_drafter(kind, drafter, target)?;
-        let device = compute.device()?;
         let spec = LoadSpec {
-            device: &device,
+            device: &target.device,
             dtype: compute.dtype(),
         };
         let loaded = match drafter_kind_of(drafter)? {
