@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
+use candle_core::{DType, Device};
+use clap::ValueEnum;
 use specd_models::{LoadSpec, ModelSource};
 use specd_text::TargetText;
 use specd_verifier::{AnyTarget, TargetModel};
@@ -40,22 +41,30 @@ pub fn not_a_drafter(source: &ModelSource) -> anyhow::Error {
 /// The kind of drafter a checkpoint is: an MTP assistant drafts by MTP, a causal LM whose
 /// family drafts as a draft model is one; another target checkpoint is refused.
 pub fn drafter_kind_of(path: &Path) -> Result<EmbeddedDraft> {
+    Ok(drafter_checkpoint(path)?.1)
+}
+
+/// The `--drafter` checkpoint and the kind of drafter it is (see [`drafter_kind_of`]), told
+/// from one look at the file.
+pub fn drafter_checkpoint(path: &Path) -> Result<(ModelSource, EmbeddedDraft)> {
     let source = detect(path, "drafter")?;
-    match source.family().lm() {
-        None => Ok(EmbeddedDraft::Mtp),
-        Some(lm) if lm.draft_model => Ok(EmbeddedDraft::DraftModel),
-        Some(_) => Err(not_a_drafter(&source)),
-    }
+    let kind = match source.family().lm() {
+        None => EmbeddedDraft::Mtp,
+        Some(lm) if lm.draft_model => EmbeddedDraft::DraftModel,
+        Some(_) => return Err(not_a_drafter(&source)),
+    };
+    Ok((source, kind))
 }
 
 /// The loaded `--target`: its checkpoint, the verifier's model, its text side (`None`
 /// where it cannot be read; without a tokenizer where it has none) and the device it runs
-/// on, where its drafter runs too (tensors pass between them).
+/// on and in, where its drafter runs too (tensors pass between them).
 pub struct LoadedTarget {
     pub source: ModelSource,
     pub model: AnyTarget,
     pub text: Option<TargetText>,
     pub device: Device,
+    pub dtype: DType,
 }
 
 impl LoadedTarget {
@@ -73,18 +82,31 @@ impl LoadedTarget {
             specd_models::family::EosSource::Config => optional_text(path),
         };
         let device = compute.device()?;
-        let spec = LoadSpec {
-            device: &device,
-            dtype: compute.dtype(),
-        };
-        let model = AnyTarget::load(&source, &spec, text.as_ref().map(|t| t.eos_token_ids()))
-            .with_context(|| format!("loading the target from {}", path.display()))?;
+        let dtype = compute.dtype();
+        let model = AnyTarget::load(
+            &source,
+            &LoadSpec {
+                device: &device,
+                dtype,
+            },
+            text.as_ref().map(|t| t.eos_token_ids()),
+        )
+        .with_context(|| format!("loading the target from {}", path.display()))?;
         Ok(Self {
             source,
             model,
             text,
             device,
+            dtype,
         })
+    }
+
+    /// Where and how its drafter loads: on the target's device, in its dtype.
+    pub fn drafter_spec(&self) -> LoadSpec<'_> {
+        LoadSpec {
+            device: &self.device,
+            dtype: self.dtype,
+        }
     }
 
     /// Whether the target exports the K/V an MTP assistant drafts from.
@@ -109,21 +131,25 @@ fn optional_text(path: &Path) -> Option<TargetText> {
     }
 }
 
-/// Refuses `--draft kind` with a `--drafter` checkpoint of another kind, and an MTP
-/// assistant for a target that exports no K/V.
-pub fn check_drafter(kind: EmbeddedDraft, drafter: &Path, target: &LoadedTarget) -> Result<()> {
-    let found = drafter_kind_of(drafter)?;
+/// Refuses `--draft kind` with a `--drafter` checkpoint (at `drafter`) of another kind,
+/// `found`, and an MTP assistant for a target that exports no K/V.
+pub fn check_drafter(
+    kind: EmbeddedDraft,
+    found: EmbeddedDraft,
+    drafter: &Path,
+    target: &LoadedTarget,
+) -> Result<()> {
     let name = |k: EmbeddedDraft| match k {
         EmbeddedDraft::Mtp => "an MTP assistant",
         _ => "a draft model",
     };
     if matches!(kind, EmbeddedDraft::Mtp | EmbeddedDraft::DraftModel) && kind != found {
+        let flag = kind
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
         bail!(
-            "--draft: {} needs {}; --drafter {} is {}",
-            match kind {
-                EmbeddedDraft::Mtp => "mtp",
-                _ => "draft-model",
-            },
+            "--draft: {flag} needs {}; --drafter {} is {}",
             name(kind),
             drafter.display(),
             name(found)

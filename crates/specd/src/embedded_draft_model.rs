@@ -1,7 +1,5 @@
 //! The draft-model engine in this process: each round hands it the committed tokens.
 
-use std::path::Path;
-
 use specd_core::{DraftRequest, OpenRequest};
 use specd_drafter::{DraftCarry, DraftEngine, DraftModelEngine, EngineError, SessionSource};
 use specd_models::{AnyLm, CausalLm, LoadSpec, ModelSource};
@@ -12,15 +10,13 @@ use crate::embedded_drafter::{EmbeddedDrafter, InProcessCarry};
 /// Loads a draft model (of any family the registry lets draft as one) and refuses it unless
 /// its vocabulary is the target's; see [`with_target`].
 pub fn load(
-    path: &Path,
+    source: &ModelSource,
     spec: &LoadSpec<'_>,
     target_vocab: usize,
     draft_vocab: usize,
     prefix_cache_bytes: usize,
 ) -> Result<EmbeddedDrafter<DraftModelEngine<AnyLm>>, EngineError> {
-    let source =
-        ModelSource::detect(path).map_err(|e| EngineError::invalid("drafter", e.to_string()))?;
-    let engine = DraftModelEngine::load(&source, spec, 16)?;
+    let engine = DraftModelEngine::load(source, spec, 16)?;
     with_target(engine, target_vocab, draft_vocab, prefix_cache_bytes)
 }
 

@@ -206,10 +206,10 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
             args.draft = Some(drafter_kind_of(path)?);
         }
     }
-    let target = LoadedTarget::load(&args.target, &args.compute)?;
-    let text = target.text.as_ref().filter(|t| t.has_tokenizer());
+    let mut target = LoadedTarget::load(&args.target, &args.compute)?;
+    let text = target.text.take().filter(|t| t.has_tokenizer());
     let prompt_ids = {
-        let encode = text.map(|t| prompt_encoder(t, args.raw_prompt));
+        let encode = text.as_ref().map(|t| prompt_encoder(t, args.raw_prompt));
         prompt_ids_from(
             &args,
             encode
@@ -226,19 +226,11 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
                 draft_vocab: args.draft_vocab,
                 prefix_cache_bytes: 0,
             };
-            Some(ModelDrafter::load(
-                path,
-                kind,
-                &target,
-                &args.compute,
-                options,
-            )?)
+            Some(ModelDrafter::load(path, kind, &target, options)?)
         }
         _ => None,
     };
-    let LoadedTarget { model, text, .. } = target;
-    let verifier = LocalVerifier::new(Arc::new(model), VerifierLimits::default());
-    let text = text.filter(|t| t.has_tokenizer());
+    let verifier = LocalVerifier::new(Arc::new(target.model), VerifierLimits::default());
     let has_text = text.is_some();
     // The tokenizer may know more ends than the model's config: a Gemma 4 GGUF's <turn|> and
     // <|tool_response>, where llama.cpp stops too.

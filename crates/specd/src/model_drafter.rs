@@ -5,11 +5,10 @@ use std::path::Path;
 
 use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
 use specd_drafter::{DraftModelEngine, EngineError, MtpEngine};
-use specd_models::{AnyLm, LoadSpec};
+use specd_models::AnyLm;
 use specd_verifier::TargetCarry;
 
-use crate::checkpoints::{check_drafter, drafter_kind_of, LoadedTarget};
-use crate::device::ComputeArgs;
+use crate::checkpoints::{check_drafter, drafter_checkpoint, LoadedTarget};
 use crate::embedded_drafter::EmbeddedDrafter;
 use crate::generate::EmbeddedDraft;
 use crate::{embedded_draft_model, embedded_mtp};
@@ -28,28 +27,26 @@ pub struct DraftModelOptions {
 }
 
 impl ModelDrafter {
-    /// Loads `drafter` for `target`, refused where `kind` (from `--draft`) names another
-    /// kind than the checkpoint is, or the pair cannot work together.
+    /// Loads `drafter` for `target`, on its device and in its dtype; refused where `kind`
+    /// (from `--draft`) names another kind than the checkpoint is, or the pair cannot work
+    /// together.
     pub fn load(
         drafter: &Path,
         kind: EmbeddedDraft,
         target: &LoadedTarget,
-        compute: &ComputeArgs,
         options: DraftModelOptions,
     ) -> anyhow::Result<Self> {
         use anyhow::Context;
-        check_drafter(kind, drafter, target)?;
-        let spec = LoadSpec {
-            device: &target.device,
-            dtype: compute.dtype(),
-        };
-        let loaded = match drafter_kind_of(drafter)? {
+        let (source, found) = drafter_checkpoint(drafter)?;
+        check_drafter(kind, found, drafter, target)?;
+        let spec = target.drafter_spec();
+        let loaded = match found {
             EmbeddedDraft::Mtp => {
                 embedded_mtp::load(drafter, target.source.path(), spec.dtype, spec.device)
                     .map(Self::Mtp)
             }
             _ => embedded_draft_model::load(
-                drafter,
+                &source,
                 &spec,
                 target.vocab_size(),
                 options.draft_vocab,

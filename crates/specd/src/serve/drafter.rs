@@ -10,11 +10,11 @@ use clap::Args;
 use specd_drafter::{
     serve, DraftEngine, DraftModelEngine, DrafterServerConfig, DrafterService, MtpEngine,
 };
-use specd_models::LoadSpec;
+use specd_models::{LoadSpec, ModelSource};
 
 use super::listen::{bind, shutdown_signal};
 use super::ServiceArgs;
-use crate::checkpoints::{detect, drafter_kind_of};
+use crate::checkpoints::{detect, drafter_checkpoint};
 use crate::device::ComputeArgs;
 use crate::generate::EmbeddedDraft;
 
@@ -79,17 +79,17 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
         dtype: args.compute.dtype(),
     };
     let loading = || format!("loading the drafter from {}", args.drafter.display());
-    match drafter_kind_of(&args.drafter)? {
+    let (source, kind) = drafter_checkpoint(&args.drafter)?;
+    match kind {
         EmbeddedDraft::Mtp => {
             let engine = MtpEngine::load(&args.drafter, &args.target, spec.dtype, &device)
                 .with_context(loading)?;
             serve_engine(engine, &args).await
         }
         _ => {
-            let source = detect(&args.drafter, "drafter")?;
             // Checked on the metadata first, so a wrong pair fails before any weight is loaded.
-            let target_vocab = vocab_size(&args.target, "target")?;
-            let vocab = vocab_size(&args.drafter, "drafter")?;
+            let target_vocab = vocab_size(&detect(&args.target, "target")?, "target")?;
+            let vocab = vocab_size(&source, "drafter")?;
             if vocab != target_vocab {
                 bail!(
                     "drafter {}: its vocabulary has {vocab} tokens, the target {} has \
@@ -109,10 +109,10 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
 
 /// The vocabulary size a checkpoint declares (`role` names it in errors), read from its
 /// metadata.
-fn vocab_size(path: &std::path::Path, role: &str) -> Result<usize> {
-    detect(path, role)?
+fn vocab_size(source: &ModelSource, role: &str) -> Result<usize> {
+    source
         .vocab_size()
-        .with_context(|| format!("reading the {role} {}", path.display()))
+        .with_context(|| format!("reading the {role} {}", source.path().display()))
 }
 
 async fn serve_engine<E: DraftEngine>(engine: E, args: &DrafterArgs) -> Result<()> {

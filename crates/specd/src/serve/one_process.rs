@@ -75,7 +75,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
                 prefix_cache_bytes: args.drafter_prefix_cache_bytes,
             };
             let drafter = drafter_path(&args, kind)?;
-            Some(ModelDrafter::load(drafter, kind, &target, &args.compute, options)?.serving()?)
+            Some(ModelDrafter::load(drafter, kind, &target, options)?.serving()?)
         }
         Some(EmbeddedDraft::Ngram) | None => None,
     };

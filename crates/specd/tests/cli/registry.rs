@@ -145,15 +145,9 @@ async fn a_family_registered_at_run_time_is_a_target_and_a_draft_model() {
         draft_vocab: 0,
         prefix_cache_bytes: 0,
     };
-    let model_drafter = ModelDrafter::load(
-        &drafter.0,
-        EmbeddedDraft::DraftModel,
-        &loaded,
-        &compute,
-        options,
-    )
-    .unwrap();
-    let mtp = ModelDrafter::load(&drafter.0, EmbeddedDraft::Mtp, &loaded, &compute, options);
+    let model_drafter =
+        ModelDrafter::load(&drafter.0, EmbeddedDraft::DraftModel, &loaded, options).unwrap();
+    let mtp = ModelDrafter::load(&drafter.0, EmbeddedDraft::Mtp, &loaded, options);
     let mtp = mtp.err().unwrap().to_string();
     assert!(mtp.contains("needs an MTP assistant"), "{mtp}");
 
