@@ -38,6 +38,32 @@ impl LayerKv {
             start: from,
         })
     }
+
+    /// The rows before position `at`, then the rows of positions `at + node` for each of
+    /// `nodes` in order (a tree's kept path).
+    pub fn keep_rows(&self, at: usize, nodes: &[usize]) -> Result<LayerKv> {
+        if at < self.start || nodes.iter().any(|&n| at + n >= self.end()) {
+            return Err(ModelError::Invalid(format!(
+                "positions {at} + {nodes:?} are not held (cache holds {}..{})",
+                self.start,
+                self.end()
+            )));
+        }
+        let before = at - self.start;
+        let rows: Vec<u32> = (0..before)
+            .chain(nodes.iter().map(|&n| before + n))
+            .map(|row| row as u32)
+            .collect();
+        if rows.is_empty() {
+            return self.range(self.start, self.start);
+        }
+        let index = Tensor::new(rows.as_slice(), self.keys.device())?;
+        Ok(LayerKv {
+            keys: self.keys.index_select(&index, 1)?,
+            values: self.values.index_select(&index, 1)?,
+            start: self.start,
+        })
+    }
 }
 
 /// The K/V a drafter needs: the last full-attention and the last sliding layer that compute

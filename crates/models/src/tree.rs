@@ -32,6 +32,20 @@ pub fn depths(parents: &[u32]) -> Vec<usize> {
     depths
 }
 
+/// The position of each of a block's `tokens` new tokens after `past` cached slots: one
+/// after another for a chain (`parents` empty), by depth for the last nodes of a tree.
+pub fn positions(parents: &[u32], tokens: usize, past: usize) -> Vec<usize> {
+    if parents.is_empty() {
+        return (past..past + tokens).collect();
+    }
+    let earlier = (parents.len() + 1).saturating_sub(tokens);
+    let root = past.saturating_sub(earlier);
+    let depths = depths(parents);
+    (0..tokens)
+        .map(|i| root + depths.get(earlier + i).copied().unwrap_or(i))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,6 +54,14 @@ mod tests {
     fn depths_follow_parents() {
         assert_eq!(depths(&[]), vec![0]);
         assert_eq!(depths(&[0, 1, 0, 2]), vec![0, 1, 2, 1, 3]);
+    }
+
+    #[test]
+    fn positions_go_by_depth_in_a_tree() {
+        assert_eq!(positions(&[], 3, 5), vec![5, 6, 7]);
+        // Nodes 0..=4 from slot 5; the last three run now, after 7 cached slots.
+        assert_eq!(positions(&[0, 1, 0, 2], 5, 5), vec![5, 6, 7, 6, 8]);
+        assert_eq!(positions(&[0, 1, 0, 2], 3, 7), vec![7, 6, 8]);
     }
 
     #[test]

@@ -8,18 +8,97 @@ use super::dot::{axpy, dot};
 
 /// Absolute positions of a block of queries and of the keys they attend to.
 #[derive(Debug, Clone, Copy)]
-pub struct AttentionSpan {
-    /// Position of the first query; query `t` sits at `query_start + t`.
+pub struct AttentionSpan<'a> {
+    /// Cache slot of the first query; query `t` sits in slot `query_start + t`, which is its
+    /// position too unless the queries are nodes of a tree.
     pub query_start: usize,
-    /// Position of key row 0.
+    /// Slot of key row 0.
     pub key_start: usize,
     /// A query at position `p` sees keys in `(p - window, p]`; `None` sees every earlier key.
     pub window: Option<usize>,
     /// Multiplies the scores (Gemma 4 uses 1.0).
     pub scale: f32,
+    /// The tree the queries are nodes of; `None`: a chain.
+    pub tree: Option<&'a TreeQueries>,
 }
 
-struct ExactAttention(AttentionSpan);
+/// Queries that are the last nodes of a token tree (see [`crate::tree`]): a node sits at the
+/// position its depth gives and sees the slots before the root and its own ancestors only,
+/// in slot order, which is the order its path run token by token would have them in.
+#[derive(Debug, Clone)]
+pub struct TreeQueries {
+    /// Slot (and position) of the root.
+    root: usize,
+    /// Per query: the nodes from the root to it, itself last.
+    paths: Vec<Vec<usize>>,
+}
+
+impl TreeQueries {
+    /// The queries of a tree rooted in slot `root` whose last `queries` nodes they are.
+    pub fn new(root: usize, parents: &[u32], queries: usize) -> Self {
+        let nodes = parents.len() + 1;
+        let paths = (nodes.saturating_sub(queries)..nodes)
+            .map(|node| {
+                let mut path = vec![node];
+                while let Some(&at) = path.last().filter(|&&at| at > 0) {
+                    path.push(parents[at - 1] as usize);
+                }
+                path.reverse();
+                path
+            })
+            .collect();
+        Self { root, paths }
+    }
+
+    /// Position of query `t`.
+    pub fn position(&self, t: usize) -> usize {
+        self.root + self.paths[t].len() - 1
+    }
+}
+
+impl AttentionSpan<'_> {
+    /// The position of query `t`.
+    pub fn position(&self, t: usize) -> usize {
+        match self.tree {
+            Some(tree) => tree.position(t),
+            None => self.query_start + t,
+        }
+    }
+
+    /// The key rows query `t` sees, ascending: its window of the slots before the tree's root
+    /// (its own slot, for a chain), then its ancestors in the window.
+    pub fn visible(&self, t: usize) -> impl Iterator<Item = usize> + '_ {
+        let pos = self.position(t);
+        let first = match self.window {
+            Some(w) => (pos + 1).saturating_sub(w),
+            None => 0,
+        }
+        .max(self.key_start);
+        let (end, path, root) = match self.tree {
+            Some(tree) => (tree.root, tree.paths[t].as_slice(), tree.root),
+            None => (pos + 1, &[][..], 0),
+        };
+        let key_start = self.key_start;
+        (first.min(end)..end)
+            .chain(
+                path.iter()
+                    .enumerate()
+                    .filter(move |&(depth, _)| root + depth >= first)
+                    .map(move |(_, &node)| root + node),
+            )
+            .map(move |slot| slot - key_start)
+    }
+
+    /// One past the last slot any query reads.
+    fn keys_needed(&self, queries: usize) -> usize {
+        match self.tree {
+            Some(tree) => tree.root + tree.paths.iter().flatten().max().map_or(0, |n| n + 1),
+            None => self.query_start + queries,
+        }
+    }
+}
+
+struct ExactAttention<'a>(AttentionSpan<'a>);
 
 fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     let data = s.as_slice::<f32>()?;
@@ -29,7 +108,7 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     Ok(&data[start..end])
 }
 
-impl CustomOp3 for ExactAttention {
+impl CustomOp3 for ExactAttention<'_> {
     fn name(&self) -> &'static str {
         "exact-attention"
     }
@@ -55,13 +134,13 @@ impl CustomOp3 for ExactAttention {
                 lv.shape().dims()
             );
         }
-        let last_query = span.query_start + t_len;
-        if span.key_start > span.query_start || span.key_start + s_len < last_query {
+        let needed = span.keys_needed(t_len);
+        let tree_fits = span.tree.is_none_or(|tree| tree.paths.len() == t_len);
+        if span.key_start > span.query_start || span.key_start + s_len < needed || !tree_fits {
             candle_core::bail!(
-                "exact attention: keys cover positions {}..{} but queries need up to {}",
+                "exact attention: keys cover slots {}..{} but {t_len} queries need up to {needed}",
                 span.key_start,
                 span.key_start + s_len,
-                last_query
             );
         }
         let q = slice(sq, lq, "q")?;
@@ -71,16 +150,11 @@ impl CustomOp3 for ExactAttention {
         let mut out = vec![0f32; t_len * hq * d];
         crate::cpu::ThreadPool::global().for_each_chunk_mut(&mut out, d, false, |row, o| {
             let (t, h) = (row / hq, row % hq);
-            let pos = span.query_start + t;
-            let first = match span.window {
-                Some(w) => (pos + 1).saturating_sub(w).max(span.key_start),
-                None => span.key_start,
-            };
-            let (lo, hi) = (first - span.key_start, pos + 1 - span.key_start);
             let kv_head = h / group;
             let qh = &q[(t * hq + h) * d..(t * hq + h + 1) * d];
             let base = kv_head * s_len * d;
-            let mut scores: Vec<f32> = (lo..hi)
+            let mut scores: Vec<f32> = span
+                .visible(t)
                 .map(|s| dot(qh, &k[base + s * d..base + (s + 1) * d]) * span.scale)
                 .collect();
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -89,7 +163,7 @@ impl CustomOp3 for ExactAttention {
                 *x = (*x - max).exp();
                 sum += *x;
             }
-            for (i, s) in (lo..hi).enumerate() {
+            for (i, s) in span.visible(t).enumerate() {
                 axpy(scores[i] / sum, &v[base + s * d..base + (s + 1) * d], o);
             }
         });
@@ -98,7 +172,12 @@ impl CustomOp3 for ExactAttention {
 }
 
 /// `q [t, hq, d]` over `k`, `v` `[hkv, s, d]`, giving `[t, hq, d]`; CPU f32 only.
-pub fn exact_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan) -> Result<Tensor> {
+pub fn exact_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    span: AttentionSpan<'_>,
+) -> Result<Tensor> {
     q.contiguous()?
         .apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &ExactAttention(span))
 }

@@ -12,7 +12,7 @@ mod attention;
 mod dot;
 mod linear;
 
-pub use attention::{exact_attention, AttentionSpan};
+pub use attention::{exact_attention, AttentionSpan, TreeQueries};
 pub use linear::exact_linear;
 
 /// Row count up to which a linear layer or an attention block takes the exact path.

@@ -73,10 +73,19 @@ impl SequenceCache {
         Ok(())
     }
 
-    /// Records that a forward of `tokens` positions finished, and drops sliding rows that no
-    /// future query nor a rollback of up to `max_rollback` tokens can need.
-    pub(crate) fn advance(&mut self, tokens: usize) -> Result<()> {
+    /// Records that a forward of `tokens` positions finished and, with `trim`, drops sliding
+    /// rows that no future query nor a rollback of up to `max_rollback` tokens can need.
+    pub(crate) fn advance(&mut self, tokens: usize, trim: bool) -> Result<()> {
         self.len += tokens;
+        if trim {
+            self.trim()?;
+        }
+        Ok(())
+    }
+
+    /// Drops sliding rows that no future query nor a rollback of up to `max_rollback`
+    /// tokens can need.
+    fn trim(&mut self) -> Result<()> {
         let keep = (self.window.saturating_sub(1) + self.max_rollback).max(1);
         for (i, slot) in self.layers.iter_mut().enumerate() {
             if self.kinds[i] != LayerKind::Sliding {
@@ -126,6 +135,35 @@ impl SequenceCache {
         }
         self.len = len;
         Ok(())
+    }
+
+    /// After a tree block whose root is in slot `start`, keeps the nodes of `path` (root
+    /// first, each the parent of the next) as positions `start..start + path.len()` and drops
+    /// every other node, leaving the rows a chain of the path alone would have left.
+    pub fn keep_path(&mut self, start: usize, path: &[usize]) -> Result<()> {
+        let in_block = path
+            .iter()
+            .enumerate()
+            .all(|(k, &node)| node >= k && start + node < self.len);
+        if !in_block || path.first().is_some_and(|&root| root != 0) {
+            return Err(ModelError::Invalid(format!(
+                "path {path:?} is not a root-first path of the block at {start} (the cache \
+                 holds {})",
+                self.len
+            )));
+        }
+        if let Some(kv) = self.layers.iter().flatten().find(|kv| kv.start > start) {
+            return Err(ModelError::Invalid(format!(
+                "the tree's root at {start} is no longer held (rows from {})",
+                kv.start
+            )));
+        }
+        for slot in self.layers.iter_mut() {
+            let Some(kv) = slot.take() else { continue };
+            *slot = Some(kv.keep_rows(start, path)?);
+        }
+        self.len = start + path.len();
+        self.trim()
     }
 
     /// A cache of this sequence's first `len` positions holding exactly the rows a cold

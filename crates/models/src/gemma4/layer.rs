@@ -12,7 +12,7 @@ use super::norm::RmsNorm;
 use super::rope;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::exact::{exact_attention, AttentionSpan};
+use crate::exact::{exact_attention, AttentionSpan, TreeQueries};
 use crate::projection::Projection;
 
 /// Where one sequence's tokens sit in a packed forward.
@@ -21,8 +21,22 @@ pub struct RowSlot {
     /// First packed row of this sequence.
     pub offset: usize,
     pub tokens: usize,
-    /// Position of the first token.
+    /// Cache slot of the first token: its position too, unless the tokens are tree nodes.
     pub position: usize,
+    /// The tree the tokens are the last nodes of; `None`: a chain.
+    pub tree: Option<TreeQueries>,
+}
+
+impl RowSlot {
+    /// The position of each token.
+    pub fn positions(&self) -> Vec<usize> {
+        (0..self.tokens)
+            .map(|t| match &self.tree {
+                Some(tree) => tree.position(t),
+                None => self.position + t,
+            })
+            .collect()
+    }
 }
 
 /// RoPE tables of one sequence for each layer's (kind, head_dim).
@@ -252,6 +266,7 @@ impl DecoderLayer {
                 key_start: kv.start,
                 window: self.window,
                 scale: 1.0,
+                tree: row.tree.as_ref(),
             };
             let out = if exact {
                 exact_attention(&q, &kv.keys, &kv.values, span)?
@@ -266,7 +281,7 @@ impl DecoderLayer {
 }
 
 /// Attention through candle's matmuls with an additive mask (long prefill chunks, GPUs).
-fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan) -> Result<Tensor> {
+fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan<'_>) -> Result<Tensor> {
     let (t, hq, d) = q.dims3()?;
     let (hkv, s, _) = k.dims3()?;
     let group = hq / hkv;
@@ -278,13 +293,10 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan) -> 
     let (k, v) = (expand(k)?, expand(v)?);
     let q = q.transpose(0, 1)?.contiguous()?;
     let scores = (q.matmul(&k.t()?)? * span.scale as f64)?;
-    let mut mask = Vec::with_capacity(t * s);
+    let mut mask = vec![f32::NEG_INFINITY; t * s];
     for ti in 0..t {
-        let p = span.query_start + ti;
-        for si in 0..s {
-            let a = span.key_start + si;
-            let visible = a <= p && span.window.is_none_or(|w| a + w > p);
-            mask.push(if visible { 0f32 } else { f32::NEG_INFINITY });
+        for si in span.visible(ti).filter(|&si| si < s) {
+            mask[ti * s + si] = 0.0;
         }
     }
     let mask = Tensor::from_vec(mask, (1, t, s), q.device())?.to_dtype(scores.dtype())?;

@@ -14,6 +14,7 @@ use crate::checkpoint::Checkpoint;
 use crate::cpu::ThreadPool;
 use crate::embedding::EmbeddingTable;
 use crate::error::{ModelError, Result};
+use crate::exact::TreeQueries;
 use crate::linear::{exact_eligible, Linear};
 use crate::projection::{BestTwo, Projection};
 use crate::shared_kv::SharedKv;
@@ -231,10 +232,12 @@ impl Gemma4Model {
                     self.cfg.max_position_embeddings
                 )));
             }
+            let tree = tree_of(r, row, output)?;
             slots.push(RowSlot {
                 offset: ids.len(),
                 tokens: row.tokens.len(),
                 position,
+                tree,
             });
             ids.extend_from_slice(row.tokens);
         }
@@ -245,7 +248,12 @@ impl Gemma4Model {
         let mut h = (self.embed.lookup(&ids_t)? * self.embed_scale_in_dtype())?;
         let per_layer_inputs = self.per_layer_inputs(&ids_t, &h, exact)?;
         let mut ropes = self.row_ropes(&slots)?;
-        let block_lens: Vec<usize> = rows.iter().map(|r| r.tokens.len()).collect();
+        // A tree's rows stay until a path is kept (the sliding window's trim counts on
+        // rolling back at most a chain's block).
+        let blocks: Vec<(usize, bool)> = rows
+            .iter()
+            .map(|r| (r.tokens.len(), r.parents.is_empty()))
+            .collect();
         let mut caches: Vec<&mut SequenceCache> = rows.iter_mut().map(|r| &mut *r.cache).collect();
 
         let first_shared = self.cfg.num_layers - self.cfg.num_kv_shared_layers;
@@ -274,6 +282,7 @@ impl Gemma4Model {
                         offset: r,
                         tokens: 1,
                         position: s.position + s.tokens - 1,
+                        tree: None,
                     };
                 }
             }
@@ -283,8 +292,8 @@ impl Gemma4Model {
                 .transpose()?;
             h = layer.forward(&h, &slots, &ropes, &mut caches, pli.as_ref(), exact)?;
         }
-        for (cache, tokens) in caches.iter_mut().zip(&block_lens) {
-            cache.advance(*tokens)?;
+        for (cache, &(tokens, trim)) in caches.iter_mut().zip(&blocks) {
+            cache.advance(tokens, trim)?;
         }
         if output == OutputRows::None {
             return Ok(Vec::new());
@@ -407,7 +416,7 @@ impl Gemma4Model {
         slots
             .iter()
             .map(|s| {
-                let positions: Vec<usize> = (s.position..s.position + s.tokens).collect();
+                let positions = s.positions();
                 let tables = self
                     .ropes
                     .iter()
@@ -477,11 +486,6 @@ impl CausalLm for Gemma4Model {
         rows: &mut [SeqBlock<'_, SequenceCache>],
         output: OutputRows,
     ) -> Result<Vec<Tensor>> {
-        if rows.iter().any(|row| !row.parents.is_empty()) {
-            return Err(crate::error::ModelError::Unsupported(
-                "token trees on Gemma 4".into(),
-            ));
-        }
         Gemma4Model::forward(self, rows, output)
     }
 
@@ -495,6 +499,14 @@ impl CausalLm for Gemma4Model {
 
     fn truncate(&self, cache: &mut SequenceCache, len: usize) -> Result<()> {
         cache.truncate(len)
+    }
+
+    fn supports_trees(&self) -> bool {
+        true
+    }
+
+    fn keep_path(&self, cache: &mut SequenceCache, start: usize, path: &[usize]) -> Result<()> {
+        cache.keep_path(start, path)
     }
 
     fn prefix_reuse(&self) -> PrefixReuse {
@@ -518,6 +530,32 @@ impl CausalLm for Gemma4Model {
     fn shared_kv(&self, cache: &SequenceCache, from: usize, to: usize) -> Result<Option<SharedKv>> {
         Ok(Some(Gemma4Model::shared_kv(self, cache, from, to)?))
     }
+}
+
+/// The tree row `r`'s tokens are the last nodes of, checked against its cache; `None` for
+/// a chain.
+fn tree_of(r: usize, row: &BlockInput<'_>, output: OutputRows) -> Result<Option<TreeQueries>> {
+    if row.parents.is_empty() {
+        return Ok(None);
+    }
+    let nodes = row.parents.len() + 1;
+    let cached = row.cache.len();
+    if nodes < row.tokens.len() || nodes > cached + row.tokens.len() {
+        return Err(ModelError::Invalid(format!(
+            "rows[{r}].parents: a tree of {nodes} nodes cannot end with {} new tokens after \
+             {cached} cached positions",
+            row.tokens.len()
+        )));
+    }
+    crate::tree::check(row.parents, nodes)
+        .map_err(|e| ModelError::Invalid(format!("rows[{r}].parents: {e}")))?;
+    if output != OutputRows::All {
+        return Err(ModelError::Invalid(format!(
+            "rows[{r}].parents: a tree block returns the hidden state of every node"
+        )));
+    }
+    let root = cached + row.tokens.len() - nodes;
+    Ok(Some(TreeQueries::new(root, row.parents, row.tokens.len())))
 }
 
 /// `cap * tanh(logits / cap)`, as transformers applies Gemma 4's final softcap. f32 logits on

@@ -4,6 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::config::Gemma4AssistantConfig;
+use crate::causal_lm::{top_two_with, TopTwo};
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::linear::Linear;
@@ -196,6 +197,50 @@ impl Head {
             Self::Centroid(head) => head.select(normed, exact)?.argmax(),
         };
         best.ok_or_else(|| ModelError::Invalid("every drafter logit is NaN".into()))
+    }
+
+    /// [`Self::argmax`] (the same token) and the runner-up among the tokens the head
+    /// scores, each with its logit.
+    pub fn top_two(&self, normed: &Tensor, vocab_size: usize, exact: bool) -> Result<TopTwo> {
+        let nan = || ModelError::Invalid("every drafter logit is NaN".into());
+        match self {
+            Self::Dense(lm_head) => match lm_head.best_two(normed, vocab_size)?.as_deref() {
+                Some([[best, second]]) if best.0 != u32::MAX => Ok(TopTwo {
+                    best: *best,
+                    runner_up: (second.0 != u32::MAX).then_some(*second),
+                }),
+                _ => {
+                    let logits = self.logits(normed, vocab_size, exact)?;
+                    let best = first_argmax(&logits).ok_or_else(nan)?;
+                    Ok(top_two_with(best, &logits))
+                }
+            },
+            Self::Centroid(head) => {
+                let selection = head.select(normed, exact)?;
+                let best = selection.argmax().ok_or_else(nan)?;
+                let scored = || {
+                    selection
+                        .token_ids
+                        .iter()
+                        .copied()
+                        .zip(selection.logits.iter().copied())
+                };
+                let logit = scored()
+                    .find(|&(id, _)| id == best)
+                    .map_or(f32::NAN, |s| s.1);
+                let runner_up = scored().filter(|&(id, x)| id != best && !x.is_nan()).fold(
+                    None,
+                    |b: Option<(u32, f32)>, (id, x)| match b {
+                        Some((bid, bx)) if bx > x || (bx == x && bid < id) => b,
+                        _ => Some((id, x)),
+                    },
+                );
+                Ok(TopTwo {
+                    best: (best, logit),
+                    runner_up,
+                })
+            }
+        }
     }
 }
 

@@ -93,6 +93,7 @@ impl AssistantLayer {
                 key_start: kv.start,
                 window: None,
                 scale: 1.0,
+                tree: None,
             };
             exact_attention(&q, &kv.keys, &kv.values, span)?
         } else {

@@ -21,4 +21,4 @@ pub use embedding::TargetEmbedding;
 pub use family::FAMILY;
 pub use head::{first_argmax, CentroidSelection};
 pub use mirror::SharedKvMirror;
-pub use model::{DraftStep, Gemma4Assistant};
+pub use model::{BlockSteps, DraftStep, Gemma4Assistant};

@@ -9,6 +9,7 @@ use super::embedding::TargetEmbedding;
 use super::head::{CentroidSelection, Head};
 use super::layer::{AssistantLayer, VisibleKv};
 use super::mirror::SharedKvMirror;
+use crate::causal_lm::TopTwo;
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::gemma4::norm::RmsNorm;
@@ -57,6 +58,24 @@ impl BlockContext {
                 .as_ref()
                 .ok_or_else(|| ModelError::Invalid("the shared K/V has no sliding rows".into())),
         }
+    }
+}
+
+/// A draft block's fixed inputs ([`Gemma4Assistant::block_steps`]), computed once for all
+/// its steps.
+pub struct BlockSteps<'a> {
+    model: &'a Gemma4Assistant,
+    ctx: BlockContext,
+    exact: bool,
+}
+
+impl BlockSteps<'_> {
+    /// [`Gemma4Assistant::step`] in this block: `token` after the step that gave `hidden`
+    /// (the target's hidden for the bonus).
+    pub fn step(&self, token: u32, hidden: &Tensor) -> Result<DraftStep> {
+        self.model.check_token(token, "token")?;
+        let hidden = self.model.prepare_hidden(hidden)?;
+        self.model.step_in(&self.ctx, token, &hidden, self.exact)
     }
 }
 
@@ -301,12 +320,27 @@ impl Gemma4Assistant {
         self.head.argmax(normed, self.vocab_size(), self.exact())
     }
 
+    /// [`Self::argmax`] of a step and the runner-up among the tokens the head scores.
+    pub fn top_two(&self, normed: &Tensor) -> Result<TopTwo> {
+        self.head.top_two(normed, self.vocab_size(), self.exact())
+    }
+
     /// What the centroid head scores for a step; `None` for a dense head.
     pub fn centroid_selection(&self, normed: &Tensor) -> Result<Option<CentroidSelection>> {
         match &self.head {
             Head::Centroid(head) => Ok(Some(head.select(normed, self.exact())?)),
             Head::Dense(_) => Ok(None),
         }
+    }
+
+    /// The steps of one draft block after `mirror.committed_len()` committed tokens, to run
+    /// one at a time: a tree's nodes, each after its parent.
+    pub fn block_steps(&self, mirror: &SharedKvMirror) -> Result<BlockSteps<'_>> {
+        Ok(BlockSteps {
+            model: self,
+            ctx: self.block_context(mirror)?,
+            exact: self.exact(),
+        })
     }
 
     /// Drafts `steps` tokens greedily after `bonus`, starting from the target's final-normed

@@ -196,14 +196,13 @@ impl KvCache {
                 ),
             });
         }
-        let KvStore::Host(kv) = &mut self.store else {
-            return Err(Qwen2Error::Tree {
-                row: 0,
-                message: "token trees run on the CPU engine only".into(),
-            });
-        };
-        for (k, &node) in path.iter().enumerate() {
-            kv.move_position(start + node, start + k);
+        match &mut self.store {
+            KvStore::Host(kv) => {
+                for (k, &node) in path.iter().enumerate() {
+                    kv.move_position(start + node, start + k);
+                }
+            }
+            KvStore::Device(kv) => kv.keep_path(start, path)?,
         }
         self.len = start + path.len();
         Ok(())

@@ -298,12 +298,6 @@ impl Qwen2Model {
                 });
             }
             if !row.parents.is_empty() {
-                if self.cache_device().is_some() {
-                    return Err(Qwen2Error::Tree {
-                        row: r,
-                        message: "token trees run on the CPU engine only".into(),
-                    });
-                }
                 let nodes = row.parents.len() + 1;
                 if nodes < row.tokens.len() || nodes > row.cache.len() + row.tokens.len() {
                     return Err(Qwen2Error::Tree {
@@ -368,6 +362,7 @@ impl Qwen2Model {
                         };
                         CandleRow {
                             tokens: row.tokens,
+                            parents: row.parents,
                             kv,
                             past: row.cache.len(),
                         }
@@ -476,7 +471,7 @@ impl CausalLm for Qwen2Model {
     }
 
     fn supports_trees(&self) -> bool {
-        matches!(self.runner, Runner::Engine(_))
+        true
     }
 
     fn keep_path(

@@ -15,6 +15,7 @@ mod gemma4_fidelity;
 mod gemma4_gguf;
 mod gemma4_gguf_quantized;
 mod gemma4_loading;
+mod gemma4_trees;
 mod llama_real;
 mod llama_tiny;
 mod qwen2_real;

@@ -3,9 +3,10 @@
 //! tree is split into forwards and beside whatever other rows, and keeping a path leaves the
 //! cache as if only the path had run.
 
-use crate::qwen2_support::{compare, Rng, TempGguf, TinyLayout, TinySpec};
+use crate::common::path_to;
+use crate::qwen2_support::{compare, max_abs, Rng, TempGguf, TinyLayout, TinySpec};
 use candle_core::{Device, Tensor};
-use specd_models::qwen2::{BlockRow, KvCache, Qwen2Model};
+use specd_models::qwen2::{Backend, BlockRow, KvCache, LoadOptions, Qwen2Model};
 use specd_models::CausalLm;
 
 fn layouts() -> [TinySpec; 3] {
@@ -24,17 +25,6 @@ fn random_parents(rng: &mut Rng, nodes: usize) -> Vec<u32> {
     (1..nodes)
         .map(|j| (rng.next_u64() % j as u64) as u32)
         .collect()
-}
-
-/// The nodes from the root to `node`.
-fn path_to(parents: &[u32], node: usize) -> Vec<usize> {
-    let mut path = vec![node];
-    while path[path.len() - 1] > 0 {
-        let at = path[path.len() - 1];
-        path.push(parents[at - 1] as usize);
-    }
-    path.reverse();
-    path
 }
 
 fn prefilled(model: &Qwen2Model, prompt: &[u32]) -> KvCache {
@@ -198,5 +188,64 @@ fn a_malformed_tree_is_refused_naming_the_parents() {
         let err = model.forward_batch(&mut rows).unwrap_err().to_string();
         assert!(err.contains("parents"), "{parents:?}: {err}");
         assert_eq!(cache.len(), 2, "a refused block leaves the cache alone");
+    }
+}
+
+/// The candle path (CUDA and Metal; runnable on CPU as here) verifies trees too: each node
+/// within float noise of its path run token by token on candle, and of the engine's node;
+/// keeping a path leaves candle's cache as the path alone would.
+#[test]
+fn the_candle_path_verifies_trees_and_keeps_paths() {
+    let spec = TinySpec {
+        layout: TinyLayout::AllF32,
+        ..TinySpec::default()
+    };
+    let file = TempGguf::tiny("tree-candle", &spec);
+    let options = LoadOptions {
+        backend: Backend::Candle,
+        warm_up: false,
+    };
+    let candle = Qwen2Model::load_with(file.path(), &Device::Cpu, &options).unwrap();
+    assert!(candle.engine_info().is_none() && candle.supports_trees());
+    let engine = Qwen2Model::load(file.path(), &Device::Cpu).unwrap();
+    let mut rng = Rng::new(14);
+    let prompt = rng.tokens(7, spec.vocab);
+    let tokens = rng.tokens(10, spec.vocab);
+    let parents = vec![0, 1, 0, 3, 2, 4, 4, 6, 1];
+    let close = |a: &Tensor, b: &Tensor, what: &str| {
+        let (_, max_diff) = compare(a, b);
+        let tolerance = 1e-4 * max_abs(b).max(1.0);
+        assert!(max_diff < tolerance, "{what}: differs by {max_diff}");
+    };
+
+    let mut cache = prefilled(&candle, &prompt);
+    let whole = tree_logits(&candle, &mut cache, &tokens, &parents, &[tokens.len()]);
+    let mut engine_cache = prefilled(&engine, &prompt);
+    let on_engine = tree_logits(&engine, &mut engine_cache, &tokens, &parents, &[4, 6]);
+    close(&whole, &on_engine, "candle and engine trees");
+    for node in 0..tokens.len() {
+        let path = path_to(&parents, node);
+        let mut alone = prefilled(&candle, &prompt);
+        let mut last = None;
+        for &at in &path {
+            last = Some(candle.forward_block(&[tokens[at]], &mut alone).unwrap());
+        }
+        let what = format!("node {node} (path {path:?})");
+        close(&whole.narrow(0, node, 1).unwrap(), &last.unwrap(), &what);
+    }
+
+    let next = rng.tokens(3, spec.vocab);
+    for node in [0usize, 5, 9] {
+        let path = path_to(&parents, node);
+        let mut cache = prefilled(&candle, &prompt);
+        tree_logits(&candle, &mut cache, &tokens, &parents, &[tokens.len()]);
+        candle.keep_path(&mut cache, prompt.len(), &path).unwrap();
+        assert_eq!(cache.len(), prompt.len() + path.len());
+        let after = candle.forward_block(&next, &mut cache).unwrap();
+        let mut straight = prefilled(&candle, &prompt);
+        let walked: Vec<u32> = path.iter().map(|&at| tokens[at]).collect();
+        candle.forward_block(&walked, &mut straight).unwrap();
+        let expected = candle.forward_block(&next, &mut straight).unwrap();
+        close(&after, &expected, &format!("after keeping {path:?}"));
     }
 }

@@ -5,18 +5,23 @@ use candle_core::Tensor;
 use super::super::error::Result;
 use super::cache::DeviceKv;
 use crate::cpu::Span;
+use crate::exact::{AttentionSpan, TreeQueries};
 
-/// `q [tokens, heads, head_dim]` to `[tokens, heads, head_dim]`.
-pub(crate) fn attend(
-    q: &Tensor,
-    spans: &[Span],
-    caches: &[&DeviceKv],
-    layer: usize,
-    scale: f32,
-) -> Result<Tensor> {
+/// The rows of a packed batch, as attention sees them.
+pub(crate) struct Rows<'a> {
+    pub spans: &'a [Span],
+    /// Per row, the tree its tokens are the last nodes of (`None`: a chain).
+    pub trees: &'a [Option<TreeQueries>],
+    pub caches: &'a [&'a DeviceKv],
+}
+
+/// `q [tokens, heads, head_dim]` to `[tokens, heads, head_dim]`: each token attends to the
+/// slots it sees (a chain's token every earlier one and itself, a tree's node the slots
+/// before its root and its ancestors).
+pub(crate) fn attend(q: &Tensor, rows: &Rows<'_>, layer: usize, scale: f32) -> Result<Tensor> {
     let (_, heads, head_dim) = q.dims3()?;
-    let mut outs = Vec::with_capacity(spans.len());
-    for (span, cache) in spans.iter().zip(caches) {
+    let mut outs = Vec::with_capacity(rows.spans.len());
+    for ((span, cache), tree) in rows.spans.iter().zip(rows.caches).zip(rows.trees) {
         let (k_all, v_all) = cache.layer(layer);
         let kv_heads = k_all.dim(0)?;
         let group = heads / kv_heads;
@@ -29,12 +34,19 @@ pub(crate) fn attend(
         let q_row = q_row.reshape((kv_heads, group * span.len, head_dim))?;
         let k = k_all.narrow(1, 0, total)?.contiguous()?;
         let v = v_all.narrow(1, 0, total)?.contiguous()?;
-        let mask: Vec<f32> = (0..group * span.len)
-            .flat_map(|gi| {
-                let pos = span.past + gi % span.len;
-                (0..total).map(move |t| if t <= pos { 0.0 } else { f32::NEG_INFINITY })
-            })
-            .collect();
+        let visible = AttentionSpan {
+            query_start: span.past,
+            key_start: 0,
+            window: None,
+            scale,
+            tree: tree.as_ref(),
+        };
+        let mut mask = vec![f32::NEG_INFINITY; group * span.len * total];
+        for (gi, row) in mask.chunks_mut(total).enumerate() {
+            for slot in visible.visible(gi % span.len).filter(|&s| s < total) {
+                row[slot] = 0.0;
+            }
+        }
         let mask = Tensor::from_vec(mask, (1, group * span.len, total), q.device())?;
         let scores = (q_row.matmul(&k.t()?)? * f64::from(scale))?.broadcast_add(&mask)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;

@@ -3,10 +3,8 @@
 use candle_core::Tensor;
 
 use super::super::error::Result;
-use super::attend::attend;
-use super::cache::DeviceKv;
+use super::attend::{attend, Rows};
 use super::linear::QLinear;
-use crate::cpu::Span;
 
 pub(crate) struct Attention {
     pub(crate) q: QLinear,
@@ -25,8 +23,7 @@ impl Attention {
         &self,
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
-        spans: &[Span],
-        caches: &[&DeviceKv],
+        rows: &Rows<'_>,
         layer: usize,
     ) -> Result<Tensor> {
         let tokens = x.dim(0)?;
@@ -41,13 +38,13 @@ impl Attention {
             .v
             .forward(x)?
             .reshape((tokens, self.kv_heads, self.head_dim))?;
-        for (span, cache) in spans.iter().zip(caches) {
+        for (span, cache) in rows.spans.iter().zip(rows.caches) {
             let k_row = k.narrow(0, span.start, span.len)?;
             let v_row = v.narrow(0, span.start, span.len)?;
             cache.write(layer, span.past, &k_row, &v_row)?;
         }
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let out = attend(&q, spans, caches, layer, scale)?;
+        let out = attend(&q, rows, layer, scale)?;
         self.o
             .forward(&out.reshape((tokens, self.heads * self.head_dim))?)
     }

@@ -79,6 +79,23 @@ impl DeviceKv {
         Ok(())
     }
 
+    /// Moves the rows of slots `start + path[k]` to `start + k` in every layer (a tree's
+    /// kept path; `path` ascends and `path[k] >= k`).
+    pub(crate) fn keep_path(&self, start: usize, path: &[usize]) -> Result<()> {
+        if path.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<u32> = path.iter().map(|&node| (start + node) as u32).collect();
+        let index = Tensor::new(rows.as_slice(), &self.device)?;
+        for (k, v) in &self.layers {
+            // Gathered first, so no row is overwritten before it moves.
+            let (kept_k, kept_v) = (k.index_select(&index, 1)?, v.index_select(&index, 1)?);
+            k.slice_set(&kept_k, 1, start)?;
+            v.slice_set(&kept_v, 1, start)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
         let (k, v) = &self.layers[layer];
         (k, v)

@@ -8,10 +8,12 @@ use candle_core::{Device, Tensor};
 use super::super::config::{Qwen2Config, RotaryPairs};
 use super::super::error::Result;
 use super::super::rotary_rows::halves_from_adjacent;
+use super::attend::Rows;
 use super::attention::Attention;
 use super::cache::DeviceKv;
 use super::linear::QLinear;
 use crate::cpu::Span;
+use crate::exact::TreeQueries;
 use crate::gguf::{GgufError, GgufFile};
 
 /// What loading needs besides the file: the device.
@@ -138,11 +140,17 @@ impl DecoderLayer {
         x: &Tensor,
         cos_sin: &(Tensor, Tensor),
         spans: &[Span],
+        trees: &[Option<TreeQueries>],
         caches: &[&DeviceKv],
         layer: usize,
     ) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(x, &self.attn_norm, self.eps)?;
-        let x = (x + self.attention.forward(&h, cos_sin, spans, caches, layer)?)?;
+        let rows = Rows {
+            spans,
+            trees,
+            caches,
+        };
+        let x = (x + self.attention.forward(&h, cos_sin, &rows, layer)?)?;
         let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, self.eps)?;
         let mlp = (self.gate.forward(&h)?.silu()? * self.up.forward(&h)?)?;
         Ok((x + self.down.forward(&mlp)?)?)

@@ -15,6 +15,7 @@ use candle_core::{Device, Tensor};
 use super::config::Qwen2Config;
 use super::error::Result;
 use crate::cpu::Span;
+use crate::exact::TreeQueries;
 use crate::gguf::GgufFile;
 pub(crate) use cache::DeviceKv;
 use layer::{DecoderLayer, LoadContext};
@@ -41,8 +42,21 @@ pub(crate) struct CandleQwen2 {
 /// One sequence of a packed forward.
 pub(crate) struct CandleRow<'a> {
     pub tokens: &'a [u32],
+    /// The tree whose last nodes the tokens are (see [`crate::tree`]); empty: a chain.
+    pub parents: &'a [u32],
     pub kv: &'a DeviceKv,
     pub past: usize,
+}
+
+impl CandleRow<'_> {
+    /// The tree the row's tokens are the last nodes of; `None` for a chain.
+    fn tree(&self) -> Option<TreeQueries> {
+        let nodes = self.parents.len() + 1;
+        (!self.parents.is_empty()).then(|| {
+            let root = (self.past + self.tokens.len()).saturating_sub(nodes);
+            TreeQueries::new(root, self.parents, self.tokens.len())
+        })
+    }
 }
 
 impl CandleQwen2 {
@@ -85,7 +99,12 @@ impl CandleQwen2 {
     pub(crate) fn forward(&self, rows: &[CandleRow<'_>]) -> Result<Tensor> {
         let spans = Span::pack(rows.iter().map(|row| (row.tokens.len(), row.past)));
         let ids: Vec<u32> = rows.iter().flat_map(|row| row.tokens).copied().collect();
-        let positions: Vec<usize> = spans.iter().flat_map(Span::positions).collect();
+        let positions: Vec<usize> = spans
+            .iter()
+            .zip(rows)
+            .flat_map(|(span, row)| crate::tree::positions(row.parents, span.len, span.past))
+            .collect();
+        let trees: Vec<Option<TreeQueries>> = rows.iter().map(CandleRow::tree).collect();
         let ids = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = match &self.embedding {
             Embedding::Quantized(q) => q.embedding(&ids)?,
@@ -94,7 +113,7 @@ impl CandleQwen2 {
         let cos_sin = self.rope.cos_sin(&positions, &self.device)?;
         let caches: Vec<&DeviceKv> = rows.iter().map(|r| r.kv).collect();
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &cos_sin, &spans, &caches, i)?;
+            x = layer.forward(&x, &cos_sin, &spans, &trees, &caches, i)?;
         }
         Ok(candle_nn::ops::rms_norm(
             &x,

@@ -80,20 +80,10 @@ impl Engine {
         ws.sin.resize(n * half, 0.0);
         // A tree's node sits at the position its depth gives (its slot in the cache is
         // still `past + i`).
-        let positions = spans.iter().zip(rows.iter()).flat_map(|(span, row)| {
-            let tree = (!row.parents.is_empty()).then(|| {
-                let earlier = row.parents.len() + 1 - span.len;
-                (
-                    span.past - earlier,
-                    earlier,
-                    crate::tree::depths(row.parents),
-                )
-            });
-            (0..span.len).map(move |i| match &tree {
-                Some((root, earlier, depths)) => root + depths[earlier + i],
-                None => span.past + i,
-            })
-        });
+        let positions = spans
+            .iter()
+            .zip(rows.iter())
+            .flat_map(|(span, row)| crate::tree::positions(row.parents, span.len, span.past));
         for (i, pos) in positions.enumerate() {
             for (j, f) in self.inv_freq.iter().enumerate() {
                 let angle = pos as f64 * f;

@@ -92,3 +92,15 @@ pub mod tempdir {
         }
     }
 }
+
+/// The nodes of a token tree from its root to `node` (node `j + 1`'s parent is
+/// `parents[j]`).
+pub fn path_to(parents: &[u32], node: usize) -> Vec<usize> {
+    let mut path = vec![node];
+    while path[path.len() - 1] > 0 {
+        let at = path[path.len() - 1];
+        path.push(parents[at - 1] as usize);
+    }
+    path.reverse();
+    path
+}
