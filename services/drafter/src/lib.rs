@@ -21,6 +21,7 @@ pub mod engine;
 pub mod kv_deltas;
 pub mod mtp;
 pub mod server;
+pub mod tree_growth;
 pub mod wire_kv;
 
 pub use draft_model::{DraftModelEngine, DraftModelSession, DEFAULT_DRAFT_VOCAB};

@@ -4,13 +4,14 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use specd_core::{sample, SamplingParams};
+use specd_core::{sample, DraftTree, SamplingParams};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };
+use crate::tree_growth::{grow, RunTree};
 
 /// Drafts one session may ask for at most; the router's block size stays below it.
 pub const MTP_MAX_DRAFT_TOKENS: usize = 16;
@@ -143,5 +144,58 @@ impl DraftEngine for MtpEngine {
             )
         };
         drafts.map_err(model_error("draft"))
+    }
+
+    /// A greedy session's tree ([`crate::tree_growth`]): each node is one assistant step
+    /// after its parent's (the assistant reads only the target's K/V, so a node depends on
+    /// its parent's hidden state and its own token alone), its greedy path the chain
+    /// [`DraftEngine::draft`] gives. A sampled session drafts its chain, each draft drawn
+    /// with the target's key.
+    fn draft_tree(
+        &self,
+        session: &mut MtpSession,
+        step: DraftStep,
+        branch_nodes: usize,
+    ) -> Result<DraftTree, EngineError> {
+        if branch_nodes == 0 || step.count < 1 || !session.sampling.is_greedy() {
+            return self.draft(session, step).map(DraftTree::chain);
+        }
+        let hidden = session.hidden.as_ref().ok_or_else(|| {
+            EngineError::mismatch(
+                "carry.mtp.hidden",
+                "no hidden state was ever applied to this session",
+            )
+        })?;
+        let steps = self
+            .model
+            .block_steps(&session.mirror)
+            .map_err(model_error("draft"))?;
+        let root = steps
+            .step(step.bonus, hidden)
+            .map_err(model_error("draft.bonus"))?;
+        let root_ranked = self
+            .model
+            .top_two(&root.normed)
+            .map_err(model_error("draft"))?;
+        // The hidden state each run node hands its children, by node.
+        let mut hiddens = vec![root.hidden];
+        let (tree, _) = grow(
+            step.bonus,
+            &root_ranked,
+            step.count,
+            branch_nodes,
+            |ran: &RunTree, from| {
+                (from..ran.tokens.len())
+                    .map(|node| {
+                        let parent = ran.parents[node - 1] as usize;
+                        let out = steps.step(ran.tokens[node], &hiddens[parent])?;
+                        hiddens.push(out.hidden);
+                        self.model.top_two(&out.normed)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(model_error("draft"))
+            },
+        )?;
+        Ok(tree)
     }
 }

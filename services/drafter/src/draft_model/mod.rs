@@ -75,7 +75,7 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     /// Where the last draft started.
     start: DraftStart,
     /// The nodes the last draft ran when it grew a tree.
-    run_tree: Option<tree_draft::RunTree>,
+    run_tree: Option<crate::tree_growth::RunTree>,
 }
 
 /// Where a draft started.

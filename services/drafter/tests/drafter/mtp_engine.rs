@@ -163,3 +163,91 @@ async fn served_drafts_equal_direct_assistant_drafts() {
     .unwrap();
     assert_eq!(served, direct);
 }
+
+/// The root-first node slots of the tree from its root to draft `j` (0-based).
+fn path_to(tree: &specd_core::DraftTree, j: usize) -> Vec<usize> {
+    let mut path = vec![j];
+    while tree.parent(path[path.len() - 1]) > 0 {
+        path.push(tree.parent(path[path.len() - 1]) - 1);
+    }
+    path.reverse();
+    path
+}
+
+#[test]
+fn an_mtp_tree_holds_the_chain_and_each_node_is_a_choice_after_its_path() {
+    use specd_drafter::{DraftCarry, DraftEngine, DraftStep, OpenSession, SessionSource};
+
+    let device = Device::Cpu;
+    let target = Gemma4Model::load(&fixture("target-full"), DType::F32, &device).unwrap();
+    for name in ["assistant-dense", "assistant-centroid"] {
+        let engine =
+            MtpEngine::load(&fixture(name), &fixture("target-full"), DType::F32, &device).unwrap();
+        let assistant =
+            Gemma4Assistant::load(&fixture(name), &fixture("target-full"), DType::F32, &device)
+                .unwrap();
+        let prompt: Vec<u32> = (0..30).map(|i| (i * 13 % 250) as u32 + 2).collect();
+        let mut cache = target.new_cache(16);
+        let hidden = target
+            .prefill(&mut cache, &prompt, DEFAULT_PREFILL_CHUNK)
+            .unwrap();
+        let shared = target.shared_kv(&cache, 0, cache.len()).unwrap();
+        let mut session = engine
+            .open(OpenSession {
+                sampling: specd_core::SamplingParams::default(),
+                committed_len: cache.len(),
+                source: SessionSource::Snapshot(shared.clone()),
+                cache_scope: Default::default(),
+            })
+            .unwrap();
+        engine
+            .apply(
+                &mut session,
+                DraftCarry::Mtp {
+                    hidden: hidden.clone(),
+                    delta: None,
+                },
+            )
+            .unwrap();
+        let step = DraftStep {
+            bonus: 17,
+            position: cache.len() - 1,
+            count: 4,
+            output_index_base: 1,
+            branches: 0,
+        };
+        let chain = engine.draft(&mut session, step).unwrap();
+        let tree = engine.draft_tree(&mut session, step, 4).unwrap();
+        assert!(tree.check().is_ok(), "{tree:?}");
+        assert!(!tree.is_chain(), "{name}: nearly flat logits branch");
+        assert!(tree.tokens.len() <= 8 && tree.depth() <= 4);
+
+        // The first child of every node, from the root, is the chain.
+        let mut first_children = Vec::new();
+        let mut at = 0;
+        while let Some(j) = (0..tree.tokens.len()).find(|&j| tree.parent(j) == at) {
+            first_children.push(tree.tokens[j]);
+            at = j + 1;
+        }
+        assert_eq!(first_children, chain, "{name}");
+        // Each draft is the assistant's first or second choice after the steps of its path.
+        let mirror = assistant.new_mirror(&shared).unwrap();
+        for j in 0..tree.tokens.len() {
+            let path = path_to(&tree, j);
+            let (mut token, mut state) = (17, hidden.clone());
+            for &at in &path[..path.len() - 1] {
+                let out = assistant.step(&mirror, token, &state).unwrap();
+                (token, state) = (tree.tokens[at], out.hidden);
+            }
+            let out = assistant.step(&mirror, token, &state).unwrap();
+            let ranked = assistant.top_two(&out.normed).unwrap();
+            assert_eq!(ranked.best.0, assistant.argmax(&out.normed).unwrap());
+            let choice = tree.tokens[j];
+            let second = ranked.runner_up.map(|r| r.0);
+            assert!(
+                choice == ranked.best.0 || Some(choice) == second,
+                "{name}: draft {j} ({choice}) is neither of {ranked:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Token trees grown level by level as EAGLE-2 grows them, for any drafter that can run a
+//! node (feed its token after its parent) and rank what follows it: each level runs the
+//! likeliest candidates so far, and each run node proposes its greedy token and its
+//! runner-up. A candidate's score is its parent's times its share of the pair: the logistic
+//! of the logit margin for the greedy token, the rest for the runner-up (a two-way estimate,
+//! like the rejection branches'; it orders candidates well without the full softmax). The
+//! round's tree is the best-scored candidates, which always include their ancestors (a child
+//! never scores above its parent), and always the drafter's greedy path: a tree holds the
+//! chain the drafter would have drafted.
+
+use specd_core::DraftTree;
+use specd_models::TopTwo;
+
+/// Candidates run per level at most: a level costs one forward of this many rows, which
+/// on a memory-bound CPU costs little more than one.
+pub const LEVEL_WIDTH: usize = 4;
+
+/// Least score of a branch worth a verify row (and a drafter row to grow it): below it the
+/// row costs more than the token it may bring. On the real pair, 0.1 to 0.3 all gave about
+/// the same tokens per round on prose; 0.1 keeps the most.
+const MIN_BRANCH_SCORE: f64 = 0.1;
+
+/// The nodes a tree draft ran, from the bonus (node 0), in the order they ran.
+#[derive(Debug, Clone, Default)]
+pub struct RunTree {
+    pub tokens: Vec<u32>,
+    /// Node `j + 1`'s parent node.
+    pub parents: Vec<u32>,
+}
+
+impl RunTree {
+    /// The nodes of `committed` (the bonus, then the accepted path) that ran, root first.
+    pub fn path_of(&self, committed: &[u32]) -> Vec<usize> {
+        let mut path = Vec::with_capacity(committed.len());
+        if committed.first() != self.tokens.first() {
+            return path;
+        }
+        path.push(0);
+        for &token in &committed[1..] {
+            let at = path[path.len() - 1];
+            let child = self
+                .parents
+                .iter()
+                .enumerate()
+                .find(|&(j, &p)| p as usize == at && self.tokens[j + 1] == token);
+            match child {
+                Some((j, _)) => path.push(j + 1),
+                None => break,
+            }
+        }
+        path
+    }
+}
+
+/// Grows a tree of at most `levels` levels and `levels + branch_nodes` drafts after
+/// `bonus`, whose own proposals are `root`. `run(tree, first)` runs the nodes `first..` of
+/// `tree` (each after its parent, which ran before) and ranks what follows each of them, in
+/// order. Returns the tree to verify and every node that ran.
+pub fn grow<E>(
+    bonus: u32,
+    root: &TopTwo,
+    levels: usize,
+    branch_nodes: usize,
+    mut run: impl FnMut(&RunTree, usize) -> Result<Vec<TopTwo>, E>,
+) -> Result<(DraftTree, RunTree), E> {
+    let budget = levels + branch_nodes;
+    let mut ran = RunTree {
+        tokens: vec![bonus],
+        parents: Vec::new(),
+    };
+    let mut candidates: Vec<Candidate> = Vec::new();
+    propose(&mut candidates, None, 0, 1.0, root);
+    for _level in 1..levels {
+        // The greedy path's next node, and the best other candidates not yet run whose
+        // children could still be drafts and make the tree.
+        let open = |c: &usize| candidates[*c].ran.is_none() && candidates[*c].depth < levels;
+        let (mut frontier, mut others): (Vec<usize>, Vec<usize>) = (0..candidates.len())
+            .filter(open)
+            .partition(|&c| is_greedy_path(&candidates, c));
+        let cut = nth_best_score(&candidates, budget).max(MIN_BRANCH_SCORE);
+        others.retain(|&c| candidates[c].score >= cut);
+        others.sort_by(|&a, &b| candidates[b].score.total_cmp(&candidates[a].score));
+        frontier.extend(others.into_iter().take(LEVEL_WIDTH - 1));
+        if frontier.is_empty() {
+            break;
+        }
+        // Parents run before children: frontier order by creation keeps them so.
+        frontier.sort_unstable();
+        let first = ran.tokens.len();
+        for &c in &frontier {
+            // A candidate's parent is a run node or the bonus.
+            let parent_node = candidates[c]
+                .parent
+                .and_then(|p| candidates[p].ran)
+                .unwrap_or(0);
+            ran.parents.push(parent_node as u32);
+            ran.tokens.push(candidates[c].token);
+            candidates[c].ran = Some(ran.tokens.len() - 1);
+        }
+        let ranked = run(&ran, first)?;
+        for (&c, ranked) in frontier.iter().zip(&ranked) {
+            let (depth, score) = (candidates[c].depth, candidates[c].score);
+            propose(&mut candidates, Some(c), depth, score, ranked);
+        }
+    }
+    Ok((select(&candidates, budget), ran))
+}
+
+/// A proposed token: where it hangs and how likely the drafter thinks its path is.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    token: u32,
+    /// Its parent: a candidate index, or `None` for the bonus.
+    parent: Option<usize>,
+    depth: usize,
+    score: f64,
+    /// Its node in the run tree once it ran.
+    ran: Option<usize>,
+    /// Its parent's greedy proposal (not the runner-up).
+    greedy: bool,
+}
+
+/// The greedy token's and the runner-up's shares of a node's next token.
+fn shares(ranked: &TopTwo) -> (f64, Option<(u32, f64)>) {
+    match ranked.runner_up {
+        Some((token, logit)) => {
+            let margin = f64::from(ranked.best.1 - logit);
+            let best = if margin.is_finite() {
+                1.0 / (1.0 + (-margin).exp())
+            } else {
+                1.0
+            };
+            (best, Some((token, 1.0 - best)))
+        }
+        None => (1.0, None),
+    }
+}
+
+/// The two proposals of a node at `depth` (0: the bonus) as candidates.
+fn propose(
+    candidates: &mut Vec<Candidate>,
+    parent: Option<usize>,
+    depth: usize,
+    score: f64,
+    ranked: &TopTwo,
+) {
+    let (best, runner_up) = shares(ranked);
+    candidates.push(Candidate {
+        token: ranked.best.0,
+        parent,
+        depth: depth + 1,
+        score: score * best,
+        ran: None,
+        greedy: true,
+    });
+    if let Some((token, share)) = runner_up {
+        candidates.push(Candidate {
+            token,
+            parent,
+            depth: depth + 1,
+            score: score * share,
+            ran: None,
+            greedy: false,
+        });
+    }
+}
+
+/// Whether `c` and its ancestors are each their parent's greedy proposal.
+fn is_greedy_path(candidates: &[Candidate], c: usize) -> bool {
+    let mut at = Some(c);
+    while let Some(i) = at {
+        if !candidates[i].greedy {
+            return false;
+        }
+        at = candidates[i].parent;
+    }
+    true
+}
+
+/// The `n`-th best score (the lowest that still makes a tree of `n`).
+fn nth_best_score(candidates: &[Candidate], n: usize) -> f64 {
+    let mut scores: Vec<f64> = candidates.iter().map(|c| c.score).collect();
+    scores.sort_by(|a, b| b.total_cmp(a));
+    scores
+        .get(n.saturating_sub(1))
+        .copied()
+        .unwrap_or(f64::NEG_INFINITY)
+}
+
+/// The drafter's greedy path (every draft of a chain), then up to `budget` drafts in all
+/// with the best-scored branches whose ancestors are in, as a tree in creation order
+/// (parents first, a node's greedy child before its runner-up).
+fn select(candidates: &[Candidate], budget: usize) -> DraftTree {
+    let mut chosen: Vec<bool> = (0..candidates.len())
+        .map(|c| is_greedy_path(candidates, c))
+        .collect();
+    let mut count = chosen.iter().filter(|&&c| c).count();
+    let mut order: Vec<usize> = (0..candidates.len()).filter(|&c| !chosen[c]).collect();
+    order.sort_by(|&a, &b| {
+        candidates[b]
+            .score
+            .total_cmp(&candidates[a].score)
+            .then(a.cmp(&b))
+    });
+    for c in order {
+        if count >= budget || candidates[c].score < MIN_BRANCH_SCORE {
+            break;
+        }
+        if candidates[c].parent.is_none_or(|p| chosen[p]) {
+            chosen[c] = true;
+            count += 1;
+        }
+    }
+    let mut slot = vec![0u32; candidates.len()];
+    let mut tree = DraftTree::default();
+    for (c, candidate) in candidates.iter().enumerate() {
+        if chosen[c] {
+            tree.tokens.push(candidate.token);
+            tree.parents.push(candidate.parent.map_or(0, |p| slot[p]));
+            slot[c] = tree.tokens.len() as u32;
+        }
+    }
+    tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranked(best: (u32, f32), runner_up: (u32, f32)) -> TopTwo {
+        TopTwo {
+            best,
+            runner_up: Some(runner_up),
+        }
+    }
+
+    #[test]
+    fn the_tree_is_the_best_scored_candidates_with_their_ancestors() {
+        let mut candidates = Vec::new();
+        // Root: 5 (sure) or 6.
+        propose(&mut candidates, None, 0, 1.0, &ranked((5, 10.0), (6, 0.0)));
+        // Under 5: 7 or 8, nearly even.
+        let sure = candidates[0].score;
+        propose(
+            &mut candidates,
+            Some(0),
+            1,
+            sure,
+            &ranked((7, 1.0), (8, 0.9)),
+        );
+        let tree = select(&candidates, 3);
+        assert_eq!(tree.tokens, vec![5, 7, 8]);
+        assert_eq!(tree.parents, vec![0, 1, 1]);
+        assert!(tree.check().is_ok());
+        // The greedy path always; no branch past the budget or below the least score.
+        let tree = select(&candidates, 2);
+        assert_eq!((tree.tokens, tree.parents), (vec![5, 7], vec![0, 1]));
+        let tree = select(&candidates, 9);
+        assert_eq!(tree.tokens, vec![5, 7, 8], "6 scores below the least");
+    }
+
+    #[test]
+    fn growing_runs_each_level_after_its_parents_and_keeps_the_greedy_path() {
+        // Every node proposes (its token + 1) surely and (its token + 100) evenly at the
+        // root only, so the root's runner-up is the one branch worth a row.
+        let root = ranked((1, 0.0), (101, 0.0));
+        let mut levels = Vec::new();
+        let (tree, ran) = grow(0, &root, 3, 1, |ran: &RunTree, first| {
+            levels.push(ran.tokens[first..].to_vec());
+            let parents_ran = ran.parents[first - 1..]
+                .iter()
+                .all(|&p| (p as usize) < first);
+            assert!(parents_ran, "a node ran before its parent");
+            Ok::<_, ()>(
+                ran.tokens[first..]
+                    .iter()
+                    .map(|&t| ranked((t + 1, 10.0), (t + 200, 0.0)))
+                    .collect(),
+            )
+        })
+        .unwrap();
+        assert_eq!(levels, vec![vec![1, 101], vec![2, 102]]);
+        assert_eq!(ran.tokens, vec![0, 1, 101, 2, 102]);
+        // The chain 1, 2, 3 and the runner-up 101 beside its first draft.
+        assert_eq!(tree.tokens, vec![1, 101, 2, 3]);
+        assert_eq!(tree.parents, vec![0, 0, 1, 3]);
+        assert_eq!(ran.path_of(&[0, 101, 102]), vec![0, 2, 4]);
+    }
+
+    #[test]
+    fn a_committed_path_is_found_among_the_nodes_that_ran() {
+        let run = RunTree {
+            tokens: vec![1, 5, 6, 7],
+            parents: vec![0, 0, 1],
+        };
+        assert_eq!(run.path_of(&[1, 5, 7, 9]), vec![0, 1, 3]);
+        assert_eq!(run.path_of(&[1, 6]), vec![0, 2]);
+        assert_eq!(run.path_of(&[1, 9]), vec![0]);
+        assert!(run.path_of(&[2]).is_empty());
+    }
+}
