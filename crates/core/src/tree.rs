@@ -37,11 +37,17 @@ impl DraftTree {
         if self.is_chain() {
             return self.tokens.len();
         }
+        self.depths().into_iter().max().unwrap_or(0)
+    }
+
+    /// Each draft's depth (1 for the bonus's children).
+    pub fn depths(&self) -> Vec<usize> {
         let mut depths = vec![0usize; self.tokens.len() + 1];
         for j in 0..self.tokens.len() {
             depths[j + 1] = depths[self.parent(j)] + 1;
         }
-        depths.into_iter().max().unwrap_or(0)
+        depths.remove(0);
+        depths
     }
 
     /// Whether the tree stays within `levels` levels and `levels + branch_drafts` drafts (what

@@ -56,18 +56,20 @@ pub(super) fn block_size(block_size: usize) {
     metrics::histogram!(BLOCK_SIZE).record(block_size as f64);
 }
 
-/// A verified round: `drafted` drafts of which `accepted` were taken.
-pub(super) fn verified(drafter_kind: &'static str, drafted: usize, accepted: usize) {
+/// A verified round: drafts at the positions `depths` (a tree's branches share theirs), of
+/// which `accepted` were taken, one a position from the first.
+pub(super) fn verified(drafter_kind: &'static str, depths: &[usize], accepted: usize) {
     let span = Span::current();
-    span.record("drafted", int(drafted));
+    span.record("drafted", int(depths.len()));
     span.record("accepted", int(accepted));
     metrics::counter!(ROUNDS, "drafter_kind" => drafter_kind).increment(1);
-    for position in 1..=drafted {
+    for &position in depths {
         let label = position.to_string();
         metrics::counter!(DRAFTED_TOKENS, "position" => label.clone()).increment(1);
-        if position <= accepted {
-            metrics::counter!(ACCEPTED_TOKENS, "position" => label).increment(1);
-        }
+    }
+    for position in 1..=accepted {
+        let label = position.to_string();
+        metrics::counter!(ACCEPTED_TOKENS, "position" => label).increment(1);
     }
 }
 

@@ -559,7 +559,7 @@ where
         }
         let drafter_kind = self.drafter.map_or("none", |drafter| drafter.kind());
         // Positions are depths, as in the stats: a tree's branches share them.
-        observe::verified(drafter_kind, drafts.depth(), accepted);
+        observe::verified(drafter_kind, &drafts.depths(), accepted);
         self.committed_len += accepted + 1;
         if self.drafter.is_some() {
             match carry {
