@@ -165,8 +165,8 @@ pub struct ApiArgs {
     #[arg(long, env = "SPECD_MAX_BLOCK_SIZE", default_value_t = 8)]
     pub max_block_size: usize,
     /// Drafts a round may verify beside its chain as a token tree (0: chains only), where
-    /// the target verifies trees (the CPU engine's Llama-style family) and a draft model
-    /// drafts, in this process or as drafter services (a tree round is not pre-drafted);
+    /// the verifiers say they verify trees and a draft model or an MTP assistant drafts, in
+    /// this process or as drafter services (a tree round is not pre-drafted);
     /// each request measures whether trees or chains cost less per token and uses the
     /// cheaper.
     #[arg(long, env = "SPECD_TREE_NODES", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=8))]

@@ -93,6 +93,41 @@ fn mtp_drafting_prints_the_plain_tokens() {
 }
 
 #[test]
+fn gemma4_token_trees_print_the_plain_tokens() {
+    // The tiny assistant's logits are nearly flat, so its runner-ups make branches; prompt
+    // lookup branches where the matched n-gram had other followers.
+    let assistant = fixture("assistant-dense");
+    let assistant = assistant.to_str().unwrap();
+    let mtp = ["--draft", "mtp", "--drafter", assistant];
+    for sampling in [
+        vec!["--temperature", "0"],
+        vec!["--temperature", "0.8", "--seed", "7"],
+    ] {
+        let with = |extra: &[&str]| {
+            let mut args = extra.to_vec();
+            args.extend(&sampling);
+            generate(&args)
+        };
+        let plain = with(&["--no-draft"]);
+        for drafter in [&mtp[..], &["--draft", "ngram"]] {
+            let mut trees = drafter.to_vec();
+            trees.extend(["--block-size", "4", "--tree-nodes", "4"]);
+            let tree = with(&trees);
+            assert_eq!(tree["tokens"], plain["tokens"], "{drafter:?} {sampling:?}");
+            let mut chains = drafter.to_vec();
+            chains.extend(["--block-size", "4", "--tree-nodes", "0"]);
+            let chain = with(&chains);
+            assert_eq!(chain["tokens"], plain["tokens"], "{drafter:?} {sampling:?}");
+            assert_eq!(chain["stats"]["tree_rounds"], 0);
+            if drafter == mtp && sampling[1] == "0" {
+                let rounds = tree["stats"]["tree_rounds"].as_u64().unwrap();
+                assert!(rounds > 0, "no MTP tree round: {}", tree["stats"]);
+            }
+        }
+    }
+}
+
+#[test]
 fn mtp_drafting_on_a_mixture_of_experts_target_prints_the_plain_tokens() {
     let drafter = fixture("assistant-moe");
     let drafter = drafter.to_str().unwrap();

@@ -1,22 +1,24 @@
 //! Token trees over the Verifier gRPC service, on a tiny random Qwen2 target (the CPU
-//! engine verifies trees): whatever tree a round sends, the tokens it emits are the target's
-//! own, greedy and seeded, and the sequence continues as if only the accepted path had run.
-//! Malformed trees, and trees for a target that verifies chains only, are refused naming
-//! `parents`.
+//! engine) and the tiny Gemma 4 target: whatever tree a round sends, the tokens it emits are
+//! the target's own, greedy and seeded, and the sequence continues as if only the accepted
+//! path had run. Malformed trees, and trees for a target that verifies chains only, are
+//! refused naming `parents`.
 
 use std::sync::Arc;
 
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
+use specd_models::gemma4::{Gemma4Model, SequenceCache};
 use specd_models::qwen2::Qwen2Model;
+use specd_models::{CausalLm, OutputRows, SeqBlock};
 use specd_verifier::server::VerifierServerConfig;
-use specd_verifier::{LocalVerifier, Qwen2Target, VerifierLimits};
+use specd_verifier::{LmTarget, LocalVerifier, Qwen2Target, VerifierLimits};
 use specd_wire::verifier::{VerifierClient, VerifierStatsRequest};
 use specd_wire::Sampling;
 use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::qwen2_support::{Rng, TempGguf, TinySpec};
-use crate::support::{prefill, prefill_request, verify, verify_request, TestVerifier};
+use crate::support::{fixture, prefill, prefill_request, verify, verify_request, TestVerifier};
 
 /// A verifier server on a tiny Qwen2 target.
 async fn qwen2_server(file: &TempGguf) -> (VerifierClient<Channel>, TestVerifier<Qwen2Target>) {
@@ -25,6 +27,12 @@ async fn qwen2_server(file: &TempGguf) -> (VerifierClient<Channel>, TestVerifier
     let local = LocalVerifier::new(target, VerifierLimits::default());
     let server = TestVerifier::serving(local, VerifierServerConfig::default()).await;
     (server.client().await, server)
+}
+
+/// What the verifier's Stats say of trees.
+async fn verifies_trees(client: &mut VerifierClient<Channel>) -> bool {
+    let stats = client.stats(VerifierStatsRequest {}).await.unwrap();
+    stats.into_inner().verifies_trees
 }
 
 fn sampling(seeded: bool) -> Option<Sampling> {
@@ -90,11 +98,27 @@ async fn trees_emit_the_targets_own_tokens_greedy_and_seeded() {
     let file = TempGguf::tiny("verifier-trees", &spec);
     let (mut client, _server) = qwen2_server(&file).await;
     let prompt = Rng::new(4).tokens(9, spec.vocab);
+    trees_emit_the_plain_tokens(&mut client, &prompt).await;
+}
+
+#[tokio::test]
+async fn gemma4_trees_emit_the_targets_own_tokens_greedy_and_seeded() {
+    // Sliding window 8: paths outgrow it, and the prompt wraps it.
+    let server = TestVerifier::start().await;
+    let mut client = server.client().await;
+    let prompt = Rng::new(5).tokens(21, 256);
+    trees_emit_the_plain_tokens(&mut client, &prompt).await;
+}
+
+/// Rounds of random trees around the plain tokens: each answer is the plain tokens, its
+/// retry replays it, and the same tokens as a chain are not a retry.
+async fn trees_emit_the_plain_tokens(client: &mut VerifierClient<Channel>, prompt: &[u32]) {
+    assert!(verifies_trees(client).await);
     for seeded in [false, true] {
-        let reference = plain_tokens(&mut client, &prompt, seeded, 40).await;
-        let mut request = prefill_request(&prompt, false);
+        let reference = plain_tokens(client, prompt, seeded, 40).await;
+        let mut request = prefill_request(prompt, false);
         request.sampling = sampling(seeded);
-        let head = prefill(&mut client, request).await.unwrap().head;
+        let head = prefill(client, request).await.unwrap().head;
         assert_eq!(head.first_token, reference[0]);
         let mut emitted = vec![head.first_token];
         let mut rng = Rng::new(9);
@@ -115,7 +139,7 @@ async fn trees_emit_the_targets_own_tokens_greedy_and_seeded() {
                 committed,
             );
             request.parents = parents.clone();
-            let answer = verify(&mut client, request.clone()).await.unwrap();
+            let answer = verify(client, request.clone()).await.unwrap();
             let expected = &reference[emitted.len()..emitted.len() + answer.new_tokens.len()];
             assert_eq!(answer.new_tokens, expected, "seeded {seeded} round {round}");
             assert!(
@@ -124,11 +148,11 @@ async fn trees_emit_the_targets_own_tokens_greedy_and_seeded() {
             );
             assert_eq!(answer.committed_len, committed + answer.accepted + 1);
             // A retry replays the answer; the same tokens as a chain are not a retry.
-            let replay = verify(&mut client, request.clone()).await.unwrap();
+            let replay = verify(client, request.clone()).await.unwrap();
             assert!(replay.replayed && replay.new_tokens == answer.new_tokens);
             if !parents.is_empty() {
                 request.parents.clear();
-                let err = verify(&mut client, request).await.unwrap_err();
+                let err = verify(client, request).await.unwrap_err();
                 assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
             }
             emitted.extend(answer.new_tokens);
@@ -143,12 +167,7 @@ async fn malformed_trees_are_refused_naming_parents() {
     let file = TempGguf::tiny("verifier-bad-trees", &spec);
     let (mut client, _server) = qwen2_server(&file).await;
     // Routers learn from Stats that this target takes trees.
-    let stats = client
-        .stats(VerifierStatsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(stats.verifies_trees);
+    assert!(verifies_trees(&mut client).await);
     let prompt = [3u32, 4, 5];
     let head = prefill(&mut client, prefill_request(&prompt, false))
         .await
@@ -167,16 +186,59 @@ async fn malformed_trees_are_refused_naming_parents() {
     verify(&mut client, request).await.unwrap();
 }
 
+/// A family that keeps the trait's default, chains only: Gemma 4 with its trees hidden.
+struct ChainsOnly(Gemma4Model);
+
+impl CausalLm for ChainsOnly {
+    type Cache = SequenceCache;
+
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn max_context(&self) -> usize {
+        CausalLm::max_context(&self.0)
+    }
+    fn device(&self) -> &Device {
+        CausalLm::device(&self.0)
+    }
+    fn default_prefill_chunk(&self) -> usize {
+        self.0.default_prefill_chunk()
+    }
+    fn new_cache(&self, max_rollback: usize) -> specd_models::Result<SequenceCache> {
+        CausalLm::new_cache(&self.0, max_rollback)
+    }
+    fn cache_len(&self, cache: &SequenceCache) -> usize {
+        self.0.cache_len(cache)
+    }
+    fn cache_bytes(&self, cache: &SequenceCache) -> usize {
+        self.0.cache_bytes(cache)
+    }
+    fn kv_bytes_bound(&self, tokens: usize, chunk: usize, max_rollback: usize) -> usize {
+        self.0.kv_bytes_bound(tokens, chunk, max_rollback)
+    }
+    fn forward(
+        &self,
+        rows: &mut [SeqBlock<'_, SequenceCache>],
+        output: OutputRows,
+    ) -> specd_models::Result<Vec<Tensor>> {
+        CausalLm::forward(&self.0, rows, output)
+    }
+    fn logits(&self, hidden: &Tensor) -> specd_models::Result<Tensor> {
+        CausalLm::logits(&self.0, hidden)
+    }
+    fn truncate(&self, cache: &mut SequenceCache, len: usize) -> specd_models::Result<()> {
+        CausalLm::truncate(&self.0, cache, len)
+    }
+}
+
 #[tokio::test]
 async fn a_target_that_verifies_chains_only_refuses_trees() {
-    let server = TestVerifier::start().await;
+    let model = Gemma4Model::load(&fixture("target-full"), DType::F32, &Device::Cpu).unwrap();
+    let target = Arc::new(LmTarget::new(ChainsOnly(model), Vec::new()));
+    let local = LocalVerifier::new(target, VerifierLimits::default());
+    let server = TestVerifier::serving(local, VerifierServerConfig::default()).await;
     let mut client = server.client().await;
-    let stats = client
-        .stats(VerifierStatsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!stats.verifies_trees, "{stats:?}");
+    assert!(!verifies_trees(&mut client).await);
     let head = prefill(&mut client, prefill_request(&[2, 3, 4], false))
         .await
         .unwrap()
