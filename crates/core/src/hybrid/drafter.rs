@@ -10,6 +10,7 @@ use tracing::trace;
 use super::error::HybridDrafterError;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
+use crate::ngram::SessionError;
 use crate::ngram::{NgramConfig, NgramConfigError, SuffixIndex};
 use crate::sync::lock;
 use crate::tree::DraftTree;
@@ -99,7 +100,7 @@ impl<D: Drafter> HybridDrafter<D> {
 
     fn check_new(&self, session: SessionId) -> Result<(), HybridDrafterError<D::Error>> {
         if self.sessions.contains_key(&session) {
-            return Err(HybridDrafterError::SessionExists(session));
+            return Err(SessionError::SessionExists(session).into());
         }
         Ok(())
     }
@@ -110,7 +111,7 @@ impl<D: Drafter> HybridDrafter<D> {
         index: SuffixIndex,
     ) -> Result<(), HybridDrafterError<D::Error>> {
         match self.sessions.entry(session) {
-            Entry::Occupied(_) => Err(HybridDrafterError::SessionExists(session)),
+            Entry::Occupied(_) => Err(SessionError::SessionExists(session).into()),
             Entry::Vacant(slot) => {
                 slot.insert(Arc::new(Mutex::new(Session {
                     index,
@@ -144,19 +145,13 @@ impl<D: Drafter> HybridDrafter<D> {
             .sessions
             .get(&session)
             .map(|entry| entry.value().clone())
-            .ok_or(HybridDrafterError::UnknownSession(session))?;
+            .ok_or(SessionError::UnknownSession(session))?;
         // A panic mid-update leaves at worst a partly indexed history or a partial backlog:
         // the inner drafter then rejects its `committed_len` and the request goes on plain.
         let mut state = lock(&entry);
         state
             .index
-            .append_committed(&committed_tokens, committed_len)
-            .map_err(|held| HybridDrafterError::CommittedLenMismatch {
-                session,
-                committed_len,
-                held,
-                sent: committed_tokens.len(),
-            })?;
+            .append_round(session, &committed_tokens, committed_len)?;
         state.carries.extend(carries);
         state.committed.extend(committed_tokens);
         let streak_left = state.carries.len() <= MAX_SKIPPED_ROUNDS;
@@ -460,12 +455,12 @@ mod tests {
         let err = draft(&drafter, 1, "r0", &[10], 14, 11, 3).unwrap_err();
         assert!(matches!(
             err,
-            HybridDrafterError::CommittedLenMismatch {
+            HybridDrafterError::Session(SessionError::CommittedLenMismatch {
                 held: 12,
                 sent: 1,
                 committed_len: 14,
                 ..
-            }
+            })
         ));
         assert!(err.to_string().contains("committed_len"), "{err}");
         assert_eq!(draft(&drafter, 1, "r0", &[10], 13, 11, 3).unwrap(), [901]);
@@ -484,7 +479,7 @@ mod tests {
         let err = draft(&drafter, 1, "r0", &[], 3, 1, 2).unwrap_err();
         assert!(matches!(
             err,
-            HybridDrafterError::UnknownSession(SessionId(1))
+            HybridDrafterError::Session(SessionError::UnknownSession(SessionId(1)))
         ));
     }
 

@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use tracing::trace;
 
 use super::config::{NgramConfig, NgramConfigError};
-use super::error::NgramDrafterError;
+use super::error::{NgramDrafterError, SessionError};
 use super::index::SuffixIndex;
 use crate::drafter::{DraftRequest, Drafter, OpenRequest};
 use crate::ids::SessionId;
@@ -56,7 +56,7 @@ impl<C> NgramDrafter<C> {
         let mut index = SuffixIndex::new();
         index.extend(prompt_ids);
         match self.sessions.entry(session) {
-            Entry::Occupied(_) => Err(NgramDrafterError::SessionExists(session)),
+            Entry::Occupied(_) => Err(SessionError::SessionExists(session).into()),
             Entry::Vacant(slot) => {
                 slot.insert(Arc::new(Mutex::new(index)));
                 Ok(())
@@ -73,18 +73,11 @@ impl<C> NgramDrafter<C> {
             .sessions
             .get(&session)
             .map(|entry| entry.value().clone())
-            .ok_or(NgramDrafterError::UnknownSession(session))?;
+            .ok_or(SessionError::UnknownSession(session))?;
         // A panic mid-append leaves at worst a partly indexed history: drafts may get worse,
         // output never changes.
         let mut index = lock(&index);
-        index
-            .append_committed(&request.committed_tokens, request.committed_len)
-            .map_err(|held| NgramDrafterError::CommittedLenMismatch {
-                session,
-                committed_len: request.committed_len,
-                held,
-                sent: request.committed_tokens.len(),
-            })?;
+        index.append_round(session, &request.committed_tokens, request.committed_len)?;
         let drafts = index
             .lookup_tree(
                 request.bonus,
@@ -245,14 +238,20 @@ mod tests {
         now(drafter.close(SessionId(1))).unwrap();
         drafter.close_detached(SessionId(7));
         let err = draft(&drafter, 1, 1, &[], 1, 1).unwrap_err();
-        assert_eq!(err, NgramDrafterError::UnknownSession(SessionId(1)));
+        assert_eq!(
+            err,
+            NgramDrafterError(SessionError::UnknownSession(SessionId(1)))
+        );
     }
 
     #[test]
     fn unknown_session_error_names_it() {
         let drafter = TestDrafter::default();
         let err = draft(&drafter, 42, 1, &[], 0, 1).unwrap_err();
-        assert_eq!(err, NgramDrafterError::UnknownSession(SessionId(42)));
+        assert_eq!(
+            err,
+            NgramDrafterError(SessionError::UnknownSession(SessionId(42)))
+        );
         assert!(err.to_string().contains("session-42"), "{err}");
     }
 
@@ -261,7 +260,10 @@ mod tests {
         let drafter = TestDrafter::default();
         open(&drafter, 3, &[1, 2]).unwrap();
         let err = open(&drafter, 3, &[7, 7]).unwrap_err();
-        assert_eq!(err, NgramDrafterError::SessionExists(SessionId(3)));
+        assert_eq!(
+            err,
+            NgramDrafterError(SessionError::SessionExists(SessionId(3)))
+        );
         assert!(err.to_string().contains("session-3"), "{err}");
         assert_eq!(draft(&drafter, 3, 1, &[], 2, 1).unwrap(), [2]);
     }
@@ -273,12 +275,12 @@ mod tests {
         let err = draft(&drafter, 1, 1, &[4], 5, 2).unwrap_err();
         assert_eq!(
             err,
-            NgramDrafterError::CommittedLenMismatch {
+            NgramDrafterError(SessionError::CommittedLenMismatch {
                 session: SessionId(1),
                 committed_len: 5,
                 held: 3,
                 sent: 1,
-            }
+            })
         );
         assert!(err.to_string().contains("committed_len"), "{err}");
         // A one-token match drafts one token.
@@ -286,7 +288,7 @@ mod tests {
         let err = draft(&drafter, 1, 1, &[], usize::MAX, 1).unwrap_err();
         assert!(matches!(
             err,
-            NgramDrafterError::CommittedLenMismatch { held: 4, .. }
+            NgramDrafterError(SessionError::CommittedLenMismatch { held: 4, .. })
         ));
     }
 

@@ -3,6 +3,8 @@
 use super::automaton::SuffixAutomaton;
 use super::config::NgramConfig;
 use super::continuation::continuation;
+use super::error::SessionError;
+use crate::ids::SessionId;
 
 /// The tokens of one sequence and a suffix automaton over all of them.
 ///
@@ -50,6 +52,23 @@ impl SuffixIndex {
         }
         self.extend(committed);
         Ok(())
+    }
+
+    /// [`Self::append_committed`] for `session`'s round: the tokens its request committed
+    /// bring the index to the request's `committed_len`, or it is told why not.
+    pub fn append_round(
+        &mut self,
+        session: SessionId,
+        committed: &[u32],
+        committed_len: usize,
+    ) -> Result<(), SessionError> {
+        self.append_committed(committed, committed_len)
+            .map_err(|held| SessionError::CommittedLenMismatch {
+                session,
+                committed_len,
+                held,
+                sent: committed.len(),
+            })
     }
 
     /// Appends `tokens`.

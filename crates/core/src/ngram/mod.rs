@@ -21,5 +21,5 @@ mod lookup_tree;
 
 pub use config::{NgramConfig, NgramConfigError, NGRAM_LIMIT};
 pub use drafter::NgramDrafter;
-pub use error::NgramDrafterError;
+pub use error::{NgramDrafterError, SessionError};
 pub use index::{SuffixIndex, SuffixMatch};

@@ -160,22 +160,7 @@ impl<'a, T: Detokenizer + ?Sized> StopChecker<'a, T> {
 mod tests {
     use super::*;
 
-    /// Each id is a piece of text; byte pieces allow splitting characters.
-    struct Pieces(Vec<Vec<u8>>);
-
-    impl Detokenizer for Pieces {
-        fn decode(&self, ids: &[u32]) -> Result<String, DetokenizeError> {
-            let mut bytes = Vec::new();
-            for &id in ids {
-                let piece = self
-                    .0
-                    .get(id as usize)
-                    .ok_or_else(|| DetokenizeError(format!("unknown id {id}")))?;
-                bytes.extend_from_slice(piece);
-            }
-            Ok(String::from_utf8_lossy(&bytes).into_owned())
-        }
-    }
+    use crate::stop::test_pieces::Pieces;
 
     const EOS: u32 = 0;
     const STOP_ID: u32 = 1;

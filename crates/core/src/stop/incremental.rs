@@ -85,23 +85,7 @@ fn text_after<'a>(full: &'a str, prefix: &str) -> &'a str {
 mod tests {
     use super::*;
 
-    /// Byte-level vocabulary: each id is a byte sequence; decoding concatenates the bytes and
-    /// replaces invalid UTF-8 with U+FFFD, as byte-level BPE tokenizers do.
-    struct Bytes(Vec<Vec<u8>>);
-
-    impl Detokenizer for Bytes {
-        fn decode(&self, ids: &[u32]) -> Result<String, DetokenizeError> {
-            let mut bytes = Vec::new();
-            for &id in ids {
-                let piece = self
-                    .0
-                    .get(id as usize)
-                    .ok_or_else(|| DetokenizeError(format!("unknown id {id}")))?;
-                bytes.extend_from_slice(piece);
-            }
-            Ok(String::from_utf8_lossy(&bytes).into_owned())
-        }
-    }
+    use crate::stop::test_pieces::Pieces as Bytes;
 
     fn vocab() -> Bytes {
         let e_acute = "é".as_bytes();

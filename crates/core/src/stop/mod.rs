@@ -4,6 +4,8 @@ mod checker;
 mod conditions;
 mod detokenizer;
 mod incremental;
+#[cfg(test)]
+mod test_pieces;
 
 pub use checker::{StopChecker, TokenOutcome};
 pub use conditions::{StopConditionError, StopConditions};
