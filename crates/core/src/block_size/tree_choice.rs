@@ -14,8 +14,8 @@ use std::time::Duration;
 const PROBES: u32 = 2;
 /// While one shape is preferred, every this many rounds the other is tried once.
 const REPROBE_EVERY: u32 = 8;
-/// Weight of the newest round in a shape's running cost per token.
-const WEIGHT: f64 = 0.3;
+/// How much of a shape's past rounds each new round keeps (a decay over rounds).
+const KEEP: f64 = 0.8;
 
 /// One request's measured choice between trees and chains.
 #[derive(Clone, Debug, Default)]
@@ -26,22 +26,27 @@ pub struct TreeChoice {
     since_probe: u32,
 }
 
+/// A shape's recent rounds: their time and their tokens, each round weighted by how
+/// recent it is. Their ratio is the time per token of those rounds together, which is what
+/// throughput follows; an average of each round's own ratio would overweigh the rounds
+/// that emitted one token.
 #[derive(Clone, Copy, Debug, Default)]
 struct ShapeCost {
     rounds: u32,
-    /// Running seconds per emitted token.
-    per_token: f64,
+    seconds: f64,
+    tokens: f64,
 }
 
 impl ShapeCost {
     fn record(&mut self, time: Duration, tokens: usize) {
-        let per_token = time.as_secs_f64() / tokens.max(1) as f64;
-        self.per_token = if self.rounds == 0 {
-            per_token
-        } else {
-            WEIGHT * per_token + (1.0 - WEIGHT) * self.per_token
-        };
+        self.seconds = KEEP * self.seconds + time.as_secs_f64();
+        self.tokens = KEEP * self.tokens + tokens.max(1) as f64;
         self.rounds += 1;
+    }
+
+    /// Seconds per emitted token.
+    fn per_token(&self) -> f64 {
+        self.seconds / self.tokens.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -55,7 +60,7 @@ impl TreeChoice {
         if self.chain.rounds < PROBES {
             return false;
         }
-        let prefer_tree = self.tree.per_token <= self.chain.per_token;
+        let prefer_tree = self.tree.per_token() <= self.chain.per_token();
         self.since_probe += 1;
         if self.since_probe >= REPROBE_EVERY {
             self.since_probe = 0;
@@ -105,6 +110,26 @@ mod tests {
         assert!(cheap_tree > 40, "{cheap_tree}");
         let cheap_chain = run(40, 30, 50);
         assert!((2..10).contains(&cheap_chain), "{cheap_chain}");
+    }
+
+    #[test]
+    fn the_shape_with_less_time_per_token_overall_wins() {
+        // Chains: 10 ms rounds of one token or of three, in turn (5 ms a token overall, a
+        // mean of per-round ratios 6.7 ms). Trees: 12 ms rounds of two tokens (6 ms a token).
+        let mut choice = TreeChoice::default();
+        let mut chain_round = 0;
+        let mut trees = 0;
+        for _ in 0..60 {
+            let tree = choice.next_is_tree();
+            if tree {
+                trees += 1;
+                choice.record(true, ms(12), 2);
+            } else {
+                chain_round += 1;
+                choice.record(false, ms(10), if chain_round % 2 == 0 { 3 } else { 1 });
+            }
+        }
+        assert!(trees < 15, "{trees} tree rounds");
     }
 
     #[test]
