@@ -11,7 +11,7 @@ use specd_wire::drafter::DrafterKind;
 use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };
-use crate::tree_growth::{grow, RunTree};
+use crate::tree_growth::{grow, Calibration, RunTree};
 
 /// Drafts one session may ask for at most; the router's block size stays below it.
 pub const MTP_MAX_DRAFT_TOKENS: usize = 16;
@@ -179,11 +179,14 @@ impl DraftEngine for MtpEngine {
             .map_err(model_error("draft"))?;
         // The hidden state each run node hands its children, by node.
         let mut hiddens = vec![root.hidden];
-        let (tree, _) = grow(
+        // The session sees no committed tokens (only the target's K/V), so it keeps the
+        // assistant's own shares.
+        let grown = grow(
             step.bonus,
             &root_ranked,
             step.count,
             branch_nodes,
+            &Calibration::default(),
             |ran: &RunTree, from| {
                 (from..ran.tokens.len())
                     .map(|node| {
@@ -196,6 +199,6 @@ impl DraftEngine for MtpEngine {
                     .map_err(model_error("draft"))
             },
         )?;
-        Ok(tree)
+        Ok(grown.tree)
     }
 }

@@ -7,6 +7,10 @@
 //! round's tree is the best-scored candidates, which always include their ancestors (a child
 //! never scores above its parent), and always the drafter's greedy path: a tree holds the
 //! chain the drafter would have drafted.
+//!
+//! A drafter that learns which of its drafts the target committed calibrates the shares
+//! ([`Calibration`]): a share becomes how often the target took choices of that rank and
+//! share in the session so far, so branches the target never takes stop costing rows.
 
 use specd_core::DraftTree;
 use specd_models::TopTwo;
@@ -19,6 +23,75 @@ pub const LEVEL_WIDTH: usize = 4;
 /// row costs more than the token it may bring. On the real pair, 0.1 to 0.3 all gave about
 /// the same tokens per round on prose; 0.1 keeps the most.
 const MIN_BRANCH_SCORE: f64 = 0.1;
+
+/// Share bins of a calibration: tenths.
+const BINS: usize = 10;
+/// Pseudo-observations at the drafter's own share in each bin: a session starts from the
+/// two-way shares and moves off them as it sees what the target takes.
+const PRIOR: f64 = 4.0;
+
+/// How often the target took the drafter's first and second choices, by the two-way share
+/// the drafter gave them: `(offered, taken)` per rank and share bin.
+#[derive(Clone, Debug, Default)]
+pub struct Calibration {
+    bins: [[(f64, f64); BINS]; 2],
+}
+
+impl Calibration {
+    fn bin(&mut self, greedy: bool, share: f64) -> &mut (f64, f64) {
+        let bin = ((share * BINS as f64) as usize).min(BINS - 1);
+        &mut self.bins[usize::from(greedy)][bin]
+    }
+
+    /// The chance that the target takes a choice of this rank and share.
+    pub fn chance(&self, greedy: bool, share: f64) -> f64 {
+        let bin = ((share * BINS as f64) as usize).min(BINS - 1);
+        let (offered, taken) = self.bins[usize::from(greedy)][bin];
+        (taken + PRIOR * share) / (offered + PRIOR)
+    }
+
+    /// Learns from a verified tree and its offers which drafts the target took: at each
+    /// node of the committed path (`committed`: the bonus, then the accepted drafts), every
+    /// child was offered and the committed one taken.
+    pub fn learn(&mut self, tree: &DraftTree, offers: &[Offer], committed: &[u32]) {
+        let mut at = 0usize;
+        for depth in 1.. {
+            let next = committed.get(depth);
+            let mut taken_slot = None;
+            for j in (0..tree.tokens.len()).filter(|&j| tree.parent(j) == at) {
+                let Some(offer) = offers.get(j) else { return };
+                let taken = next == Some(&tree.tokens[j]);
+                let cell = self.bin(offer.greedy, offer.share);
+                cell.0 += 1.0;
+                if taken {
+                    cell.1 += 1.0;
+                    taken_slot = Some(j + 1);
+                }
+            }
+            match taken_slot {
+                Some(slot) => at = slot,
+                None => return,
+            }
+        }
+    }
+}
+
+/// How a draft of a verified tree was proposed: as its parent's first choice or not, with
+/// the two-way share the drafter gave it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Offer {
+    pub greedy: bool,
+    pub share: f64,
+}
+
+/// A grown tree: the tree to verify, how each of its drafts was offered, and every node
+/// that ran.
+#[derive(Clone, Debug, Default)]
+pub struct Grown {
+    pub tree: DraftTree,
+    pub offers: Vec<Offer>,
+    pub ran: RunTree,
+}
 
 /// The nodes a tree draft ran, from the bonus (node 0), in the order they ran.
 #[derive(Debug, Clone, Default)]
@@ -53,23 +126,27 @@ impl RunTree {
 }
 
 /// Grows a tree of at most `levels` levels and `levels + branch_nodes` drafts after
-/// `bonus`, whose own proposals are `root`. `run(tree, first)` runs the nodes `first..` of
-/// `tree` (each after its parent, which ran before) and ranks what follows each of them, in
-/// order. Returns the tree to verify and every node that ran.
+/// `bonus`, whose own proposals are `root`, scoring choices by `calibration`. `run(tree,
+/// first)` runs the nodes `first..` of `tree` (each after its parent, which ran before) and
+/// ranks what follows each of them, in order.
 pub fn grow<E>(
     bonus: u32,
     root: &TopTwo,
     levels: usize,
     branch_nodes: usize,
+    calibration: &Calibration,
     mut run: impl FnMut(&RunTree, usize) -> Result<Vec<TopTwo>, E>,
-) -> Result<(DraftTree, RunTree), E> {
+) -> Result<Grown, E> {
     let budget = levels + branch_nodes;
     let mut ran = RunTree {
         tokens: vec![bonus],
         parents: Vec::new(),
     };
     let mut candidates: Vec<Candidate> = Vec::new();
-    propose(&mut candidates, None, 0, 1.0, root);
+    let offer = |candidates: &mut Vec<Candidate>, parent, depth, score, ranked: &TopTwo| {
+        propose(candidates, calibration, parent, depth, score, ranked)
+    };
+    offer(&mut candidates, None, 0, 1.0, root);
     for _level in 1..levels {
         // The greedy path's next node, and the best other candidates not yet run whose
         // children could still be drafts and make the tree.
@@ -100,10 +177,18 @@ pub fn grow<E>(
         let ranked = run(&ran, first)?;
         for (&c, ranked) in frontier.iter().zip(&ranked) {
             let (depth, score) = (candidates[c].depth, candidates[c].score);
-            propose(&mut candidates, Some(c), depth, score, ranked);
+            offer(&mut candidates, Some(c), depth, score, ranked);
         }
     }
-    Ok((select(&candidates, budget), ran))
+    let (tree, chosen) = select(&candidates, budget);
+    let offers = chosen
+        .iter()
+        .map(|&c| Offer {
+            greedy: candidates[c].greedy,
+            share: candidates[c].share,
+        })
+        .collect();
+    Ok(Grown { tree, offers, ran })
 }
 
 /// A proposed token: where it hangs and how likely the drafter thinks its path is.
@@ -118,6 +203,8 @@ struct Candidate {
     ran: Option<usize>,
     /// Its parent's greedy proposal (not the runner-up).
     greedy: bool,
+    /// Its two-way share of its parent's next token, as the drafter gave it.
+    share: f64,
 }
 
 /// The greedy token's and the runner-up's shares of a node's next token.
@@ -136,31 +223,28 @@ fn shares(ranked: &TopTwo) -> (f64, Option<(u32, f64)>) {
     }
 }
 
-/// The two proposals of a node at `depth` (0: the bonus) as candidates.
+/// The two proposals of a node at `depth` (0: the bonus) as candidates, each scored by its
+/// parent's score times its calibrated chance.
 fn propose(
     candidates: &mut Vec<Candidate>,
+    calibration: &Calibration,
     parent: Option<usize>,
     depth: usize,
     score: f64,
     ranked: &TopTwo,
 ) {
     let (best, runner_up) = shares(ranked);
-    candidates.push(Candidate {
-        token: ranked.best.0,
-        parent,
-        depth: depth + 1,
-        score: score * best,
-        ran: None,
-        greedy: true,
-    });
-    if let Some((token, share)) = runner_up {
+    let choices = std::iter::once((ranked.best.0, best, true))
+        .chain(runner_up.map(|(token, share)| (token, share, false)));
+    for (token, share, greedy) in choices {
         candidates.push(Candidate {
             token,
             parent,
             depth: depth + 1,
-            score: score * share,
+            score: score * calibration.chance(greedy, share),
             ran: None,
-            greedy: false,
+            greedy,
+            share,
         });
     }
 }
@@ -189,8 +273,9 @@ fn nth_best_score(candidates: &[Candidate], n: usize) -> f64 {
 
 /// The drafter's greedy path (every draft of a chain), then up to `budget` drafts in all
 /// with the best-scored branches whose ancestors are in, as a tree in creation order
-/// (parents first, a node's greedy child before its runner-up).
-fn select(candidates: &[Candidate], budget: usize) -> DraftTree {
+/// (parents first, a node's greedy child before its runner-up), with the candidate of each
+/// draft.
+fn select(candidates: &[Candidate], budget: usize) -> (DraftTree, Vec<usize>) {
     let mut chosen: Vec<bool> = (0..candidates.len())
         .map(|c| is_greedy_path(candidates, c))
         .collect();
@@ -213,14 +298,16 @@ fn select(candidates: &[Candidate], budget: usize) -> DraftTree {
     }
     let mut slot = vec![0u32; candidates.len()];
     let mut tree = DraftTree::default();
+    let mut drafts = Vec::new();
     for (c, candidate) in candidates.iter().enumerate() {
         if chosen[c] {
             tree.tokens.push(candidate.token);
             tree.parents.push(candidate.parent.map_or(0, |p| slot[p]));
             slot[c] = tree.tokens.len() as u32;
+            drafts.push(c);
         }
     }
-    tree
+    (tree, drafts)
 }
 
 #[cfg(test)]
@@ -237,25 +324,22 @@ mod tests {
     #[test]
     fn the_tree_is_the_best_scored_candidates_with_their_ancestors() {
         let mut candidates = Vec::new();
+        let calibration = Calibration::default();
         // Root: 5 (sure) or 6.
-        propose(&mut candidates, None, 0, 1.0, &ranked((5, 10.0), (6, 0.0)));
+        let root = ranked((5, 10.0), (6, 0.0));
+        propose(&mut candidates, &calibration, None, 0, 1.0, &root);
         // Under 5: 7 or 8, nearly even.
         let sure = candidates[0].score;
-        propose(
-            &mut candidates,
-            Some(0),
-            1,
-            sure,
-            &ranked((7, 1.0), (8, 0.9)),
-        );
-        let tree = select(&candidates, 3);
+        let under = ranked((7, 1.0), (8, 0.9));
+        propose(&mut candidates, &calibration, Some(0), 1, sure, &under);
+        let (tree, _) = select(&candidates, 3);
         assert_eq!(tree.tokens, vec![5, 7, 8]);
         assert_eq!(tree.parents, vec![0, 1, 1]);
         assert!(tree.check().is_ok());
         // The greedy path always; no branch past the budget or below the least score.
-        let tree = select(&candidates, 2);
+        let (tree, _) = select(&candidates, 2);
         assert_eq!((tree.tokens, tree.parents), (vec![5, 7], vec![0, 1]));
-        let tree = select(&candidates, 9);
+        let (tree, _) = select(&candidates, 9);
         assert_eq!(tree.tokens, vec![5, 7, 8], "6 scores below the least");
     }
 
@@ -265,7 +349,8 @@ mod tests {
         // root only, so the root's runner-up is the one branch worth a row.
         let root = ranked((1, 0.0), (101, 0.0));
         let mut levels = Vec::new();
-        let (tree, ran) = grow(0, &root, 3, 1, |ran: &RunTree, first| {
+        let calibration = Calibration::default();
+        let grown = grow(0, &root, 3, 1, &calibration, |ran: &RunTree, first| {
             levels.push(ran.tokens[first..].to_vec());
             let parents_ran = ran.parents[first - 1..]
                 .iter()
@@ -279,12 +364,52 @@ mod tests {
             )
         })
         .unwrap();
+        let (tree, ran) = (grown.tree, grown.ran);
         assert_eq!(levels, vec![vec![1, 101], vec![2, 102]]);
         assert_eq!(ran.tokens, vec![0, 1, 101, 2, 102]);
         // The chain 1, 2, 3 and the runner-up 101 beside its first draft.
         assert_eq!(tree.tokens, vec![1, 101, 2, 3]);
         assert_eq!(tree.parents, vec![0, 0, 1, 3]);
         assert_eq!(ran.path_of(&[0, 101, 102]), vec![0, 2, 4]);
+    }
+
+    #[test]
+    fn runner_ups_the_target_never_takes_stop_making_the_tree() {
+        let mut calibration = Calibration::default();
+        let even = ranked((1, 0.0), (2, 0.0));
+        let grow_one = |calibration: &Calibration| {
+            grow(0, &even, 1, 1, calibration, |_: &RunTree, _| {
+                Ok::<_, ()>(Vec::new())
+            })
+            .unwrap()
+        };
+        let first = grow_one(&calibration);
+        assert_eq!(
+            first.tree.tokens,
+            vec![1, 2],
+            "an even runner-up is offered at first"
+        );
+        assert_eq!(
+            first.offers,
+            vec![
+                Offer {
+                    greedy: true,
+                    share: 0.5
+                },
+                Offer {
+                    greedy: false,
+                    share: 0.5
+                }
+            ]
+        );
+        // The target takes neither (its token was 3), then the first choice, over and over.
+        calibration.learn(&first.tree, &first.offers, &[0]);
+        for _ in 0..20 {
+            calibration.learn(&first.tree, &first.offers, &[0, 1]);
+        }
+        assert!(calibration.chance(false, 0.5) < MIN_BRANCH_SCORE);
+        assert!(calibration.chance(true, 0.5) > 0.8);
+        assert_eq!(grow_one(&calibration).tree.tokens, vec![1]);
     }
 
     #[test]

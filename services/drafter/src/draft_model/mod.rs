@@ -75,7 +75,10 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     /// Where the last draft started.
     start: DraftStart,
     /// The nodes the last draft ran when it grew a tree.
-    run_tree: Option<crate::tree_growth::RunTree>,
+    /// The last tree drafted: what it offered and which nodes ran.
+    run_tree: Option<crate::tree_growth::Grown>,
+    /// How often the target took this session's first and second choices.
+    calibration: crate::tree_growth::Calibration,
 }
 
 /// Where a draft started.
@@ -291,6 +294,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
             spares: Vec::new(),
             start: DraftStart::Fresh,
             run_tree: None,
+            calibration: Default::default(),
         })
     }
 
@@ -308,9 +312,12 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         if committed.is_empty() {
             return Ok(());
         }
-        if let Some(run) = session.run_tree.take() {
+        if let Some(grown) = session.run_tree.take() {
+            session
+                .calibration
+                .learn(&grown.tree, &grown.offers, &committed);
             // The nodes of the committed path that ran stay, in path order.
-            let path = run.path_of(&committed);
+            let path = grown.ran.path_of(&committed);
             let start = session.committed_len;
             match path.is_empty() {
                 true => self.model.truncate(&mut session.cache, start),

@@ -32,11 +32,13 @@ impl<M: CausalLm> DraftModelEngine<M> {
         let mut feed = std::mem::take(&mut session.pending);
         feed.push(step.bonus);
         let first = self.ranked(&mut [SeqBlock::chain(&mut session.cache, &feed)])?;
-        let (tree, ran) = grow(
+        let calibration = std::mem::take(&mut session.calibration);
+        let grown = grow(
             step.bonus,
             &first[0],
             step.count,
             branch_nodes,
+            &calibration,
             |ran: &RunTree, from| {
                 self.ranked(&mut [SeqBlock {
                     cache: &mut session.cache,
@@ -44,8 +46,11 @@ impl<M: CausalLm> DraftModelEngine<M> {
                     parents: &ran.parents,
                 }])
             },
-        )?;
-        session.run_tree = Some(ran);
+        );
+        session.calibration = calibration;
+        let grown = grown?;
+        let tree = grown.tree.clone();
+        session.run_tree = Some(grown);
         Ok(tree)
     }
 
