@@ -3,8 +3,10 @@
 
 Each prompt runs plain, then speculative with chains and with trees, REPS times in turn (so
 load drifts hit every mode alike): the defaults (adaptive block size, chains vs trees of up to
-3 branch drafts, each request choosing per round), and fixed shapes of equal verify width (a
-chain of 4 drafts against a tree of 2 levels and up to 2 branch drafts: 5 rows each). Reports,
+3 branch drafts, each request choosing per round), fixed shapes of equal verify width (a
+chain of 4 drafts against a tree of 2 levels and up to 2 branch drafts: 5 rows each), and each
+small tree beside the chain of its depth (2 levels + 2 against 2 drafts; one draft with its
+runner-up against one draft). Reports,
 per kind and mode, tokens per round, speculative / plain decode speed (medians of per-rep
 ratios, plain measured in the same rep) and whether every output equals plain. `--draft`
 picks the drafting: the draft model (the default), prompt lookup in front of it (`hybrid`), or
@@ -25,6 +27,9 @@ MODES = [
     ("tree (default)", ["--tree-nodes", "3"]),
     ("chain, 4 drafts", ["--block-size", "5", "--tree-nodes", "0"]),
     ("tree, 2 levels + 2", ["--block-size", "3", "--tree-nodes", "2"]),
+    ("chain, 2 drafts", ["--block-size", "3", "--tree-nodes", "0"]),
+    ("chain, 1 draft", ["--block-size", "2", "--tree-nodes", "0"]),
+    ("tree, 1 level + 1", ["--block-size", "2", "--tree-nodes", "1"]),
 ]
 
 
