@@ -136,12 +136,22 @@ pub fn accept_tree<E>(
 
 /// The slots of the path whose drafts are `accepted` (root first), if the tree has it.
 pub fn path_of(drafts: &[u32], parents: &[u32], accepted: &[u32]) -> Option<Vec<usize>> {
+    let path = walk(drafts, parents, accepted);
+    (path.len() == accepted.len() + 1).then_some(path)
+}
+
+/// The slots of the longest path from the root whose drafts begin `tokens` (root first):
+/// where the target's tokens `tokens` lead through the tree.
+pub fn walk(drafts: &[u32], parents: &[u32], tokens: &[u32]) -> Vec<usize> {
     let mut path = vec![0];
-    for &token in accepted {
+    for &token in tokens {
         let node = path[path.len() - 1];
-        path.push(child_with(drafts, parents, node, token)?);
+        match child_with(drafts, parents, node, token) {
+            Some(child) => path.push(child),
+            None => break,
+        }
     }
-    Some(path)
+    path
 }
 
 #[cfg(test)]

@@ -21,6 +21,41 @@ pub fn check(parents: &[u32], nodes: usize) -> Result<(), String> {
     }
 }
 
+/// Why a block of `tokens` new tokens after `cached` positions cannot be the last nodes of
+/// the tree `parents` (the earlier nodes must be in the cache).
+pub fn check_block(parents: &[u32], tokens: usize, cached: usize) -> Result<(), String> {
+    let nodes = parents.len() + 1;
+    if nodes < tokens || nodes > cached + tokens {
+        return Err(format!(
+            "a tree of {nodes} nodes cannot end with {tokens} new tokens after {cached} cached \
+             positions"
+        ));
+    }
+    check(parents, nodes)
+}
+
+/// Why `path` is not a root-first path of a tree block whose root is in slot `start` of a
+/// cache holding `len` positions.
+pub fn check_path(start: usize, path: &[usize], len: usize) -> Result<(), String> {
+    let in_block = path
+        .iter()
+        .enumerate()
+        .all(|(k, &node)| node >= k && start + node < len);
+    if !in_block || path.first().is_some_and(|&root| root != 0) {
+        return Err(format!(
+            "path {path:?} is not a root-first path of the block at {start} (the cache holds \
+             {len})"
+        ));
+    }
+    Ok(())
+}
+
+/// The slot of the root of the tree `parents` whose last `tokens` nodes follow `past`
+/// cached slots (which hold its earlier nodes).
+pub fn root(parents: &[u32], tokens: usize, past: usize) -> usize {
+    (past + tokens).saturating_sub(parents.len() + 1)
+}
+
 /// The depth of every node (the root's is 0).
 pub fn depths(parents: &[u32]) -> Vec<usize> {
     let mut depths = Vec::with_capacity(parents.len() + 1);
@@ -39,7 +74,7 @@ pub fn positions(parents: &[u32], tokens: usize, past: usize) -> Vec<usize> {
         return (past..past + tokens).collect();
     }
     let earlier = (parents.len() + 1).saturating_sub(tokens);
-    let root = past.saturating_sub(earlier);
+    let root = root(parents, tokens, past);
     let depths = depths(parents);
     (0..tokens)
         .map(|i| root + depths.get(earlier + i).copied().unwrap_or(i))

@@ -29,6 +29,18 @@ pub struct MtpSession {
     sampling: SamplingParams,
 }
 
+impl MtpSession {
+    /// The target's hidden state the next draft starts from.
+    fn hidden(&self) -> Result<&Tensor, EngineError> {
+        self.hidden.as_ref().ok_or_else(|| {
+            EngineError::mismatch(
+                "carry.mtp.hidden",
+                "no hidden state was ever applied to this session",
+            )
+        })
+    }
+}
+
 impl MtpEngine {
     /// Loads the assistant at `drafter` and the token embedding of its target at `target`
     /// (each a checkpoint directory or a GGUF file).
@@ -116,12 +128,7 @@ impl DraftEngine for MtpEngine {
     }
 
     fn draft(&self, session: &mut MtpSession, step: DraftStep) -> Result<Vec<u32>, EngineError> {
-        let hidden = session.hidden.as_ref().ok_or_else(|| {
-            EngineError::mismatch(
-                "carry.mtp.hidden",
-                "no hidden state was ever applied to this session",
-            )
-        })?;
+        let hidden = session.hidden()?;
         let drafts = if session.sampling.is_greedy() {
             self.model
                 .draft_greedy(&session.mirror, step.bonus, hidden, step.count)
@@ -160,12 +167,7 @@ impl DraftEngine for MtpEngine {
         if branch_nodes == 0 || step.count < 1 || !session.sampling.is_greedy() {
             return self.draft(session, step).map(DraftTree::chain);
         }
-        let hidden = session.hidden.as_ref().ok_or_else(|| {
-            EngineError::mismatch(
-                "carry.mtp.hidden",
-                "no hidden state was ever applied to this session",
-            )
-        })?;
+        let hidden = session.hidden()?;
         let steps = self
             .model
             .block_steps(&session.mirror)

@@ -12,6 +12,7 @@
 //! ([`Calibration`]): a share becomes how often the target took choices of that rank and
 //! share in the session so far, so branches the target never takes stop costing rows.
 
+use specd_core::tree::walk;
 use specd_core::DraftTree;
 use specd_models::TopTwo;
 
@@ -39,14 +40,12 @@ pub struct Calibration {
 
 impl Calibration {
     fn bin(&mut self, greedy: bool, share: f64) -> &mut (f64, f64) {
-        let bin = ((share * BINS as f64) as usize).min(BINS - 1);
-        &mut self.bins[usize::from(greedy)][bin]
+        &mut self.bins[usize::from(greedy)][bin_of(share)]
     }
 
     /// The chance that the target takes a choice of this rank and share.
     pub fn chance(&self, greedy: bool, share: f64) -> f64 {
-        let bin = ((share * BINS as f64) as usize).min(BINS - 1);
-        let (offered, taken) = self.bins[usize::from(greedy)][bin];
+        let (offered, taken) = self.bins[usize::from(greedy)][bin_of(share)];
         (taken + PRIOR * share) / (offered + PRIOR)
     }
 
@@ -54,26 +53,28 @@ impl Calibration {
     /// node of the committed path (`committed`: the bonus, then the accepted drafts), every
     /// child was offered and the committed one taken.
     pub fn learn(&mut self, tree: &DraftTree, offers: &[Offer], committed: &[u32]) {
-        let mut at = 0usize;
-        for depth in 1.. {
-            let next = committed.get(depth);
-            let mut taken_slot = None;
-            for j in (0..tree.tokens.len()).filter(|&j| tree.parent(j) == at) {
+        let path = walk(
+            &tree.tokens,
+            &tree.parents,
+            committed.get(1..).unwrap_or(&[]),
+        );
+        for (depth, &node) in path.iter().enumerate() {
+            let taken = path.get(depth + 1).map(|&slot| slot - 1);
+            for j in (0..tree.tokens.len()).filter(|&j| tree.parent(j) == node) {
                 let Some(offer) = offers.get(j) else { return };
-                let taken = next == Some(&tree.tokens[j]);
                 let cell = self.bin(offer.greedy, offer.share);
                 cell.0 += 1.0;
-                if taken {
+                if taken == Some(j) {
                     cell.1 += 1.0;
-                    taken_slot = Some(j + 1);
                 }
-            }
-            match taken_slot {
-                Some(slot) => at = slot,
-                None => return,
             }
         }
     }
+}
+
+/// The bin of a share in `0..=1`.
+fn bin_of(share: f64) -> usize {
+    ((share * BINS as f64) as usize).min(BINS - 1)
 }
 
 /// How a draft of a verified tree was proposed: as its parent's first choice or not, with
@@ -104,24 +105,12 @@ pub struct RunTree {
 impl RunTree {
     /// The nodes of `committed` (the bonus, then the accepted path) that ran, root first.
     pub fn path_of(&self, committed: &[u32]) -> Vec<usize> {
-        let mut path = Vec::with_capacity(committed.len());
-        if committed.first() != self.tokens.first() {
-            return path;
-        }
-        path.push(0);
-        for &token in &committed[1..] {
-            let at = path[path.len() - 1];
-            let child = self
-                .parents
-                .iter()
-                .enumerate()
-                .find(|&(j, &p)| p as usize == at && self.tokens[j + 1] == token);
-            match child {
-                Some((j, _)) => path.push(j + 1),
-                None => break,
+        match (committed.split_first(), self.tokens.split_first()) {
+            (Some((bonus, accepted)), Some((root, drafts))) if bonus == root => {
+                walk(drafts, &self.parents, accepted)
             }
+            _ => Vec::new(),
         }
-        path
     }
 }
 

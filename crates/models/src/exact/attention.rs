@@ -34,8 +34,10 @@ pub struct TreeQueries {
 }
 
 impl TreeQueries {
-    /// The queries of a tree rooted in slot `root` whose last `queries` nodes they are.
-    pub fn new(root: usize, parents: &[u32], queries: usize) -> Self {
+    /// The `queries` new tokens after `past` cached slots, as the last nodes of the tree
+    /// `parents` (its earlier nodes cached).
+    pub fn new(parents: &[u32], queries: usize, past: usize) -> Self {
+        let root = crate::tree::root(parents, queries, past);
         let nodes = parents.len() + 1;
         let paths = (nodes.saturating_sub(queries)..nodes)
             .map(|node| {
@@ -87,6 +89,18 @@ impl AttentionSpan<'_> {
                     .map(move |(_, &node)| root + node),
             )
             .map(move |slot| slot - key_start)
+    }
+
+    /// The additive mask of `queries` queries over `keys` key rows, `[queries, keys]`: 0
+    /// where a query sees the key, -inf elsewhere.
+    pub fn mask(&self, queries: usize, keys: usize) -> Vec<f32> {
+        let mut mask = vec![f32::NEG_INFINITY; queries * keys];
+        for (t, row) in mask.chunks_mut(keys.max(1)).enumerate() {
+            for key in self.visible(t).filter(|&key| key < keys) {
+                row[key] = 0.0;
+            }
+        }
+        mask
     }
 
     /// One past the last slot any query reads.

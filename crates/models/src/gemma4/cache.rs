@@ -141,17 +141,7 @@ impl SequenceCache {
     /// first, each the parent of the next) as positions `start..start + path.len()` and drops
     /// every other node, leaving the rows a chain of the path alone would have left.
     pub fn keep_path(&mut self, start: usize, path: &[usize]) -> Result<()> {
-        let in_block = path
-            .iter()
-            .enumerate()
-            .all(|(k, &node)| node >= k && start + node < self.len);
-        if !in_block || path.first().is_some_and(|&root| root != 0) {
-            return Err(ModelError::Invalid(format!(
-                "path {path:?} is not a root-first path of the block at {start} (the cache \
-                 holds {})",
-                self.len
-            )));
-        }
+        crate::tree::check_path(start, path, self.len).map_err(ModelError::Invalid)?;
         if let Some(kv) = self.layers.iter().flatten().find(|kv| kv.start > start) {
             return Err(ModelError::Invalid(format!(
                 "the tree's root at {start} is no longer held (rows from {})",

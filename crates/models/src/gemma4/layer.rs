@@ -293,13 +293,8 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan<'_>)
     let (k, v) = (expand(k)?, expand(v)?);
     let q = q.transpose(0, 1)?.contiguous()?;
     let scores = (q.matmul(&k.t()?)? * span.scale as f64)?;
-    let mut mask = vec![f32::NEG_INFINITY; t * s];
-    for ti in 0..t {
-        for si in span.visible(ti).filter(|&si| si < s) {
-            mask[ti * s + si] = 0.0;
-        }
-    }
-    let mask = Tensor::from_vec(mask, (1, t, s), q.device())?.to_dtype(scores.dtype())?;
+    let mask =
+        Tensor::from_vec(span.mask(t, s), (1, t, s), q.device())?.to_dtype(scores.dtype())?;
     let scores = scores.broadcast_add(&mask)?.to_dtype(DType::F32)?;
     let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(v.dtype())?;
     Ok(probs.matmul(&v)?.transpose(0, 1)?)

@@ -538,24 +538,15 @@ fn tree_of(r: usize, row: &BlockInput<'_>, output: OutputRows) -> Result<Option<
     if row.parents.is_empty() {
         return Ok(None);
     }
-    let nodes = row.parents.len() + 1;
-    let cached = row.cache.len();
-    if nodes < row.tokens.len() || nodes > cached + row.tokens.len() {
-        return Err(ModelError::Invalid(format!(
-            "rows[{r}].parents: a tree of {nodes} nodes cannot end with {} new tokens after \
-             {cached} cached positions",
-            row.tokens.len()
-        )));
-    }
-    crate::tree::check(row.parents, nodes)
+    let (tokens, cached) = (row.tokens.len(), row.cache.len());
+    crate::tree::check_block(row.parents, tokens, cached)
         .map_err(|e| ModelError::Invalid(format!("rows[{r}].parents: {e}")))?;
     if output != OutputRows::All {
         return Err(ModelError::Invalid(format!(
             "rows[{r}].parents: a tree block returns the hidden state of every node"
         )));
     }
-    let root = cached + row.tokens.len() - nodes;
-    Ok(Some(TreeQueries::new(root, row.parents, row.tokens.len())))
+    Ok(Some(TreeQueries::new(row.parents, tokens, cached)))
 }
 
 /// `cap * tanh(logits / cap)`, as transformers applies Gemma 4's final softcap. f32 logits on

@@ -74,8 +74,12 @@ impl BlockSteps<'_> {
     /// (the target's hidden for the bonus).
     pub fn step(&self, token: u32, hidden: &Tensor) -> Result<DraftStep> {
         self.model.check_token(token, "token")?;
-        let hidden = self.model.prepare_hidden(hidden)?;
-        self.model.step_in(&self.ctx, token, &hidden, self.exact)
+        self.run(token, &self.model.prepare_hidden(hidden)?)
+    }
+
+    /// A step from a hidden state already in the drafter's dtype and device.
+    fn run(&self, token: u32, hidden: &Tensor) -> Result<DraftStep> {
+        self.model.step_in(&self.ctx, token, hidden, self.exact)
     }
 }
 
@@ -304,9 +308,7 @@ impl Gemma4Assistant {
     /// hidden of the last committed token for the first step, the previous step's
     /// `DraftStep::hidden` after that) and queries the shared K/V at the last committed position.
     pub fn step(&self, mirror: &SharedKvMirror, token: u32, hidden: &Tensor) -> Result<DraftStep> {
-        self.check_token(token, "token")?;
-        let ctx = self.block_context(mirror)?;
-        self.step_in(&ctx, token, &self.prepare_hidden(hidden)?, self.exact())
+        self.block_steps(mirror)?.step(token, hidden)
     }
 
     /// Full-vocabulary logits of a step (the centroid head's sparse vector as transformers
@@ -392,13 +394,12 @@ impl Gemma4Assistant {
         if steps == 0 {
             return Ok(Vec::new());
         }
-        let exact = self.exact();
-        let ctx = self.block_context(mirror)?;
+        let block = self.block_steps(mirror)?;
         let mut hidden = self.prepare_hidden(hidden)?;
         let mut token = bonus;
         let mut drafts = Vec::with_capacity(steps);
         for step in 0..steps {
-            let out = self.step_in(&ctx, token, &hidden, exact)?;
+            let out = block.run(token, &hidden)?;
             token = choose(&out.normed, step)?;
             hidden = out.hidden;
             drafts.push(token);

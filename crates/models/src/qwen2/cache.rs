@@ -182,20 +182,8 @@ impl KvCache {
     /// Keeps the nodes `path` of a tree block that started at `start` (root first) as the
     /// positions after `start`, in path order, and drops every other node.
     pub(crate) fn keep_path(&mut self, start: usize, path: &[usize]) -> Result<()> {
-        let in_block = path
-            .iter()
-            .enumerate()
-            .all(|(k, &node)| node >= k && start + node < self.len);
-        if !in_block || path.first().is_some_and(|&root| root != 0) {
-            return Err(Qwen2Error::Tree {
-                row: 0,
-                message: format!(
-                    "path {path:?} is not a root-first path of the block at {start} \
-                     (the cache holds {})",
-                    self.len
-                ),
-            });
-        }
+        crate::tree::check_path(start, path, self.len)
+            .map_err(|message| Qwen2Error::Tree { row: 0, message })?;
         match &mut self.store {
             KvStore::Host(kv) => {
                 for (k, &node) in path.iter().enumerate() {

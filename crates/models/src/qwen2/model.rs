@@ -298,19 +298,7 @@ impl Qwen2Model {
                 });
             }
             if !row.parents.is_empty() {
-                let nodes = row.parents.len() + 1;
-                if nodes < row.tokens.len() || nodes > row.cache.len() + row.tokens.len() {
-                    return Err(Qwen2Error::Tree {
-                        row: r,
-                        message: format!(
-                            "a tree of {nodes} nodes cannot end with {} new tokens after {} \
-                             cached positions",
-                            row.tokens.len(),
-                            row.cache.len()
-                        ),
-                    });
-                }
-                crate::tree::check(row.parents, nodes)
+                crate::tree::check_block(row.parents, row.tokens.len(), row.cache.len())
                     .map_err(|message| Qwen2Error::Tree { row: r, message })?;
             }
             row.cache.check_fits(

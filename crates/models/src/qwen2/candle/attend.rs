@@ -41,12 +41,8 @@ pub(crate) fn attend(q: &Tensor, rows: &Rows<'_>, layer: usize, scale: f32) -> R
             scale,
             tree: tree.as_ref(),
         };
-        let mut mask = vec![f32::NEG_INFINITY; group * span.len * total];
-        for (gi, row) in mask.chunks_mut(total).enumerate() {
-            for slot in visible.visible(gi % span.len).filter(|&s| s < total) {
-                row[slot] = 0.0;
-            }
-        }
+        // The query heads of one KV head are `group` copies of the block's queries.
+        let mask = visible.mask(span.len, total).repeat(group);
         let mask = Tensor::from_vec(mask, (1, group * span.len, total), q.device())?;
         let scores = (q_row.matmul(&k.t()?)? * f64::from(scale))?.broadcast_add(&mask)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;

@@ -51,11 +51,8 @@ pub(crate) struct CandleRow<'a> {
 impl CandleRow<'_> {
     /// The tree the row's tokens are the last nodes of; `None` for a chain.
     fn tree(&self) -> Option<TreeQueries> {
-        let nodes = self.parents.len() + 1;
-        (!self.parents.is_empty()).then(|| {
-            let root = (self.past + self.tokens.len()).saturating_sub(nodes);
-            TreeQueries::new(root, self.parents, self.tokens.len())
-        })
+        (!self.parents.is_empty())
+            .then(|| TreeQueries::new(self.parents, self.tokens.len(), self.past))
     }
 }
 
