@@ -634,15 +634,61 @@ async fn the_scheduler_serves_the_round_loop_in_process() {
         alone.push(round_loop_tokens(&local, seq, prompt, sampling, max).await);
     }
     let [a, b, c] = requests;
+    // All three are live before any verifies, so their first rounds can share a forward
+    // however the test threads are scheduled (a request prefilled alone could otherwise run
+    // its short decode to the end before the next one is even prefilled).
+    let gated = PrefilledTogether {
+        inner: &batch,
+        all_in: tokio::sync::Barrier::new(3),
+    };
     let together = tokio::join!(
-        round_loop_tokens(&batch, a.0, a.1, a.2, a.3),
-        round_loop_tokens(&batch, b.0, b.1, b.2, b.3),
-        round_loop_tokens(&batch, c.0, c.1, c.2, c.3),
+        round_loop_tokens(&gated, a.0, a.1, a.2, a.3),
+        round_loop_tokens(&gated, b.0, b.1, b.2, b.3),
+        round_loop_tokens(&gated, c.0, c.1, c.2, c.3),
     );
     assert_eq!(vec![together.0, together.1, together.2], alone);
     assert!(batch.stats().largest_batch_rows > 1, "{:?}", batch.stats());
     assert_eq!(batch.active_sequences(), 0);
     assert_eq!(batch.local().kv_reserved(), (0, 0));
+}
+
+/// A verifier whose prefills return only once every request of a test has prefilled.
+struct PrefilledTogether<'a, V> {
+    inner: &'a V,
+    all_in: tokio::sync::Barrier,
+}
+
+impl<V: specd_core::Verifier> specd_core::Verifier for PrefilledTogether<'_, V> {
+    type Carry = V::Carry;
+    type Error = V::Error;
+
+    async fn prefill(
+        &self,
+        request: CorePrefill,
+    ) -> Result<specd_core::Prefilled<Self::Carry>, Self::Error> {
+        let prefilled = self.inner.prefill(request).await;
+        self.all_in.wait().await;
+        prefilled
+    }
+
+    async fn verify(
+        &self,
+        request: CoreVerify,
+    ) -> Result<specd_core::Verified<Self::Carry>, Self::Error> {
+        self.inner.verify(request).await
+    }
+
+    async fn truncate(&self, seq: SeqId, committed_len: usize) -> Result<(), Self::Error> {
+        self.inner.truncate(seq, committed_len).await
+    }
+
+    async fn release(&self, seq: SeqId) -> Result<(), Self::Error> {
+        self.inner.release(seq).await
+    }
+
+    fn release_detached(&self, seq: SeqId) {
+        self.inner.release_detached(seq)
+    }
 }
 
 /// The pieces the scheduler interleaves give the very cache and hidden state of the model's
