@@ -49,6 +49,9 @@ pub struct DraftRequest<C> {
     /// Drafts a tree may add beside the `count` deepest ones (0: a chain); see
     /// [`Drafter::draft_tree`].
     pub tree_nodes: usize,
+    /// The least chance of being committed that makes a branch draft worth its verify row,
+    /// as the round loop prices rows from what its rounds cost; `None`: the drafter's own.
+    pub least_branch_chance: Option<f64>,
 }
 
 /// The drafter side: per-session state that turns the bonus into draft tokens.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use specd_core::sync::lock;
 use specd_core::DraftTree;
 use specd_drafter::batch::{draft_together, take_distinct, BatchedRound};
-use specd_drafter::{DraftEngine, DraftStep, EngineError};
+use specd_drafter::{Branching, DraftEngine, DraftStep, EngineError};
 use tokio::sync::oneshot;
 
 /// The handle draft calls go through; the thread ends with the last handle.
@@ -24,7 +24,7 @@ pub(crate) struct DraftingThread<S> {
 struct Job<S> {
     session: Arc<Mutex<S>>,
     step: DraftStep,
-    tree_nodes: usize,
+    branching: Branching,
     reply: oneshot::Sender<Result<DraftTree, EngineError>>,
 }
 
@@ -41,19 +41,19 @@ impl<S: Send + 'static> DraftingThread<S> {
         Ok(Self { jobs })
     }
 
-    /// Drafts one round of `session`: a tree with up to `tree_nodes` branch drafts, or a
-    /// chain (0).
+    /// Drafts one round of `session`: a tree branching as `branching` allows, or a chain
+    /// (no branch nodes).
     pub(crate) async fn draft(
         &self,
         session: Arc<Mutex<S>>,
         step: DraftStep,
-        tree_nodes: usize,
+        branching: Branching,
     ) -> Result<DraftTree, EngineError> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             session,
             step,
-            tree_nodes,
+            branching,
             reply,
         };
         self.jobs
@@ -92,7 +92,7 @@ fn run<E: DraftEngine>(
             .map(|(guard, job)| BatchedRound {
                 session: &mut **guard,
                 step: job.step,
-                tree_nodes: job.tree_nodes,
+                branching: job.branching,
             })
             .collect();
         let answers = draft_together(engine, rounds);

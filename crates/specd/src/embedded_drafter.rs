@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use dashmap::DashMap;
 use specd_core::sync::lock;
 use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
-use specd_drafter::{DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource};
+use specd_drafter::{
+    Branching, DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource,
+};
 use specd_verifier::TargetCarry;
 
 use crate::drafting_thread::DraftingThread;
@@ -138,20 +140,21 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         Ok((entry, step))
     }
 
-    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts where the
-    /// request allows one.
+    /// The round's drafts: a tree with up to `request.tree_nodes` branch drafts, each as
+    /// likely as `request.least_branch_chance`, where the request allows one.
     async fn draft_round(
         &self,
         request: DraftRequest<TargetCarry>,
     ) -> Result<DraftTree, EngineError> {
         let (session, step) = self.compute(|| self.prepare(&request))?;
+        let branching = Branching::new(request.tree_nodes, request.least_branch_chance);
         if let Some(drafting) = &self.drafting {
-            return drafting.draft(session, step, request.tree_nodes).await;
+            return drafting.draft(session, step, branching).await;
         }
         let mut session = lock(&session);
-        match request.tree_nodes {
+        match branching.nodes {
             0 => self.engine.draft(&mut session, step).map(DraftTree::chain),
-            nodes => self.engine.draft_tree(&mut session, step, nodes),
+            _ => self.engine.draft_tree(&mut session, step, branching),
         }
     }
 }

@@ -6,13 +6,14 @@ use std::collections::VecDeque;
 use specd_core::DraftTree;
 
 use crate::engine::{DraftEngine, DraftStep, EngineError};
+use crate::tree_growth::Branching;
 
 /// One session's round in a batch.
 pub struct BatchedRound<'a, S> {
     pub session: &'a mut S,
     pub step: DraftStep,
-    /// Branch drafts a tree may add beside the chain (0: a chain).
-    pub tree_nodes: usize,
+    /// How a tree may branch beside the chain (no nodes: a chain).
+    pub branching: Branching,
 }
 
 /// Drafts `rounds`, answers in their order: the chains in one packed forward per draft step
@@ -25,7 +26,7 @@ pub fn draft_together<E: DraftEngine>(
     let mut chains = Vec::new();
     let mut trees = Vec::new();
     for (index, round) in rounds.into_iter().enumerate() {
-        match round.tree_nodes {
+        match round.branching.nodes {
             0 => chains.push((index, round)),
             _ => trees.push((index, round)),
         }
@@ -52,7 +53,7 @@ pub fn draft_together<E: DraftEngine>(
         }
     }
     for (index, round) in trees {
-        answers[index] = Some(engine.draft_tree(round.session, round.step, round.tree_nodes));
+        answers[index] = Some(engine.draft_tree(round.session, round.step, round.branching));
     }
     answers
         .into_iter()

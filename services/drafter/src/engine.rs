@@ -11,6 +11,8 @@ use specd_core::{CacheScope, DraftTree, SamplingParams};
 pub use specd_models::gemma4::{LayerKv, SharedKv};
 use specd_wire::drafter::DrafterKind;
 
+use crate::tree_growth::Branching;
+
 /// What a drafter reports about itself in Stats and checks requests against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineInfo {
@@ -168,16 +170,16 @@ pub trait DraftEngine: Send + Sync + 'static {
     /// Proposes up to `step.count` tokens after the bonus (fewer when it stops early).
     fn draft(&self, session: &mut Self::Session, step: DraftStep) -> Result<Vec<u32>, EngineError>;
 
-    /// [`Self::draft`] as a token tree: the drafts, and up to `branch_nodes` more beside
-    /// them where the engine sees likely alternatives. An engine that does not branch
-    /// drafts a chain.
+    /// [`Self::draft`] as a token tree: the drafts, and up to `branching.nodes` more
+    /// beside them where the engine sees alternatives at least as likely as
+    /// `branching.least_chance`. An engine that does not branch drafts a chain.
     fn draft_tree(
         &self,
         session: &mut Self::Session,
         step: DraftStep,
-        branch_nodes: usize,
+        branching: Branching,
     ) -> Result<DraftTree, EngineError> {
-        let _ = branch_nodes;
+        let _ = branching;
         self.draft(session, step).map(DraftTree::chain)
     }
 

@@ -31,3 +31,4 @@ pub use engine::{
 };
 pub use mtp::{MtpEngine, MtpSession};
 pub use server::{serve, DrafterServerConfig, DrafterService, ServeError};
+pub use tree_growth::Branching;

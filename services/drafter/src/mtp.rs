@@ -11,7 +11,7 @@ use specd_wire::drafter::DrafterKind;
 use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, SessionSource,
 };
-use crate::tree_growth::{grow, Calibration, RunTree};
+use crate::tree_growth::{grow, Branching, Calibration, RunTree};
 
 /// Drafts one session may ask for at most; the router's block size stays below it.
 pub const MTP_MAX_DRAFT_TOKENS: usize = 16;
@@ -162,9 +162,9 @@ impl DraftEngine for MtpEngine {
         &self,
         session: &mut MtpSession,
         step: DraftStep,
-        branch_nodes: usize,
+        branching: Branching,
     ) -> Result<DraftTree, EngineError> {
-        if branch_nodes == 0 || step.count < 1 || !session.sampling.is_greedy() {
+        if branching.nodes == 0 || step.count < 1 || !session.sampling.is_greedy() {
             return self.draft(session, step).map(DraftTree::chain);
         }
         let hidden = session.hidden()?;
@@ -187,7 +187,7 @@ impl DraftEngine for MtpEngine {
             step.bonus,
             &root_ranked,
             step.count,
-            branch_nodes,
+            branching,
             &Calibration::default(),
             |ran: &RunTree, from| {
                 (from..ran.tokens.len())

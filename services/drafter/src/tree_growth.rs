@@ -20,10 +20,39 @@ use specd_models::TopTwo;
 /// on a memory-bound CPU costs little more than one.
 pub const LEVEL_WIDTH: usize = 4;
 
-/// Least score of a branch worth a verify row (and a drafter row to grow it): below it the
-/// row costs more than the token it may bring. On the real pair, 0.1 to 0.3 all gave about
-/// the same tokens per round on prose; 0.1 keeps the most.
-const MIN_BRANCH_SCORE: f64 = 0.1;
+/// Least score of a branch worth a verify row (and a drafter row to grow it) where the
+/// round loop does not price rows: below it the row costs more than the token it may bring.
+/// On the real pair, 0.1 to 0.3 all gave about the same tokens per round on prose; 0.1
+/// keeps the most.
+pub const DEFAULT_LEAST_CHANCE: f64 = 0.1;
+
+/// How far a round's tree may branch beside its chain: at most `nodes` branch drafts, each
+/// with a score (its path's calibrated chance) of at least `least_chance`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Branching {
+    pub nodes: usize,
+    pub least_chance: f64,
+}
+
+impl Branching {
+    /// A chain.
+    pub const NONE: Self = Self {
+        nodes: 0,
+        least_chance: DEFAULT_LEAST_CHANCE,
+    };
+
+    /// Up to `nodes` branches, each as likely as `least_chance` (a probability; `None` or
+    /// anything not in `0..=1` keeps the default).
+    pub fn new(nodes: usize, least_chance: Option<f64>) -> Self {
+        let least_chance = least_chance
+            .filter(|chance| (0.0..=1.0).contains(chance))
+            .unwrap_or(DEFAULT_LEAST_CHANCE);
+        Self {
+            nodes,
+            least_chance,
+        }
+    }
+}
 
 /// Share bins of a calibration: tenths.
 const BINS: usize = 10;
@@ -114,19 +143,21 @@ impl RunTree {
     }
 }
 
-/// Grows a tree of at most `levels` levels and `levels + branch_nodes` drafts after
-/// `bonus`, whose own proposals are `root`, scoring choices by `calibration`. `run(tree,
+/// Grows a tree of at most `levels` levels and `levels + branching.nodes` drafts after
+/// `bonus`, whose own proposals are `root`, scoring choices by `calibration`; a branch
+/// scoring below `branching.least_chance` neither runs nor is verified. `run(tree,
 /// first)` runs the nodes `first..` of `tree` (each after its parent, which ran before) and
 /// ranks what follows each of them, in order.
 pub fn grow<E>(
     bonus: u32,
     root: &TopTwo,
     levels: usize,
-    branch_nodes: usize,
+    branching: Branching,
     calibration: &Calibration,
     mut run: impl FnMut(&RunTree, usize) -> Result<Vec<TopTwo>, E>,
 ) -> Result<Grown, E> {
-    let budget = levels + branch_nodes;
+    let budget = levels + branching.nodes;
+    let least = branching.least_chance;
     let mut ran = RunTree {
         tokens: vec![bonus],
         parents: Vec::new(),
@@ -143,7 +174,7 @@ pub fn grow<E>(
         let (mut frontier, mut others): (Vec<usize>, Vec<usize>) = (0..candidates.len())
             .filter(open)
             .partition(|&c| is_greedy_path(&candidates, c));
-        let cut = nth_best_score(&candidates, budget).max(MIN_BRANCH_SCORE);
+        let cut = nth_best_score(&candidates, budget).max(least);
         others.retain(|&c| candidates[c].score >= cut);
         others.sort_by(|&a, &b| candidates[b].score.total_cmp(&candidates[a].score));
         frontier.extend(others.into_iter().take(LEVEL_WIDTH - 1));
@@ -169,7 +200,7 @@ pub fn grow<E>(
             offer(&mut candidates, Some(c), depth, score, ranked);
         }
     }
-    let (tree, chosen) = select(&candidates, budget);
+    let (tree, chosen) = select(&candidates, budget, least);
     let offers = chosen
         .iter()
         .map(|&c| Offer {
@@ -261,10 +292,10 @@ fn nth_best_score(candidates: &[Candidate], n: usize) -> f64 {
 }
 
 /// The drafter's greedy path (every draft of a chain), then up to `budget` drafts in all
-/// with the best-scored branches whose ancestors are in, as a tree in creation order
+/// with the best-scored branches (none below `least`) whose ancestors are in, as a tree in creation order
 /// (parents first, a node's greedy child before its runner-up), with the candidate of each
 /// draft.
-fn select(candidates: &[Candidate], budget: usize) -> (DraftTree, Vec<usize>) {
+fn select(candidates: &[Candidate], budget: usize, least: f64) -> (DraftTree, Vec<usize>) {
     let mut chosen: Vec<bool> = (0..candidates.len())
         .map(|c| is_greedy_path(candidates, c))
         .collect();
@@ -277,7 +308,7 @@ fn select(candidates: &[Candidate], budget: usize) -> (DraftTree, Vec<usize>) {
             .then(a.cmp(&b))
     });
     for c in order {
-        if count >= budget || candidates[c].score < MIN_BRANCH_SCORE {
+        if count >= budget || candidates[c].score < least {
             break;
         }
         if candidates[c].parent.is_none_or(|p| chosen[p]) {
@@ -321,15 +352,20 @@ mod tests {
         let sure = candidates[0].score;
         let under = ranked((7, 1.0), (8, 0.9));
         propose(&mut candidates, &calibration, Some(0), 1, sure, &under);
-        let (tree, _) = select(&candidates, 3);
+        let (tree, _) = select(&candidates, 3, DEFAULT_LEAST_CHANCE);
         assert_eq!(tree.tokens, vec![5, 7, 8]);
         assert_eq!(tree.parents, vec![0, 1, 1]);
         assert!(tree.check().is_ok());
         // The greedy path always; no branch past the budget or below the least score.
-        let (tree, _) = select(&candidates, 2);
+        let (tree, _) = select(&candidates, 2, DEFAULT_LEAST_CHANCE);
         assert_eq!((tree.tokens, tree.parents), (vec![5, 7], vec![0, 1]));
-        let (tree, _) = select(&candidates, 9);
+        let (tree, _) = select(&candidates, 9, DEFAULT_LEAST_CHANCE);
         assert_eq!(tree.tokens, vec![5, 7, 8], "6 scores below the least");
+        // Priced rows: free ones take even the unlikely 6, dear ones no branch at all.
+        let (tree, _) = select(&candidates, 9, 0.0);
+        assert_eq!(tree.tokens, vec![5, 6, 7, 8]);
+        let (tree, _) = select(&candidates, 9, 0.6);
+        assert_eq!((tree.tokens, tree.parents), (vec![5, 7], vec![0, 1]));
     }
 
     #[test]
@@ -339,7 +375,8 @@ mod tests {
         let root = ranked((1, 0.0), (101, 0.0));
         let mut levels = Vec::new();
         let calibration = Calibration::default();
-        let grown = grow(0, &root, 3, 1, &calibration, |ran: &RunTree, first| {
+        let one = Branching::new(1, None);
+        let grown = grow(0, &root, 3, one, &calibration, |ran: &RunTree, first| {
             levels.push(ran.tokens[first..].to_vec());
             let parents_ran = ran.parents[first - 1..]
                 .iter()
@@ -367,9 +404,14 @@ mod tests {
         let mut calibration = Calibration::default();
         let even = ranked((1, 0.0), (2, 0.0));
         let grow_one = |calibration: &Calibration| {
-            grow(0, &even, 1, 1, calibration, |_: &RunTree, _| {
-                Ok::<_, ()>(Vec::new())
-            })
+            grow(
+                0,
+                &even,
+                1,
+                Branching::new(1, None),
+                calibration,
+                |_: &RunTree, _| Ok::<_, ()>(Vec::new()),
+            )
             .unwrap()
         };
         let first = grow_one(&calibration);
@@ -396,7 +438,7 @@ mod tests {
         for _ in 0..20 {
             calibration.learn(&first.tree, &first.offers, &[0, 1]);
         }
-        assert!(calibration.chance(false, 0.5) < MIN_BRANCH_SCORE);
+        assert!(calibration.chance(false, 0.5) < DEFAULT_LEAST_CHANCE);
         assert!(calibration.chance(true, 0.5) > 0.8);
         assert_eq!(grow_one(&calibration).tree.tokens, vec![1]);
     }

@@ -395,6 +395,12 @@ impl<'a> RemoteSession<'a> {
                 _ => 0,
             },
             tree_nodes,
+            // Rows priced only where the round may branch; the drafter keeps its own
+            // otherwise.
+            least_branch_chance: request
+                .least_branch_chance
+                .filter(|_| tree_nodes > 0)
+                .map(|chance| chance as f32),
         };
         let started = Instant::now();
         match self.draft_on(&lease, wire.clone()).await {

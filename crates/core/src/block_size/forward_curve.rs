@@ -41,6 +41,11 @@ impl ForwardCurve {
     pub fn seconds(&self, tokens: usize) -> Option<f64> {
         along(&self.points, tokens.max(1))
     }
+
+    /// Distinct sizes measured.
+    pub fn sizes(&self) -> usize {
+        self.points.len()
+    }
 }
 
 /// The value at `at` of a curve known at `points` (sizes ascending): the point itself, else

@@ -7,8 +7,17 @@
 //! so the choice is measured: both shapes are tried in the first rounds, the cheaper per
 //! token is used, and the other is tried again now and then, since the text's nature
 //! changes within a request.
+//!
+//! Within a tree, what a branch row is worth is priced the same way: one more verify row
+//! costs the slope of the request's verify time by rows, and a token costs what a chain
+//! spends per token, so a branch pays when its chance of being committed exceeds their
+//! ratio ([`TreeChoice::least_branch_chance`], EAGLE-2's and Sequoia's expected tokens per
+//! cost). Where rows are nearly free (a GPU, a lone request on a memory-bound CPU) trees
+//! widen to their cap; where each row costs (a busy batch) only sure branches stay.
 
 use std::time::Duration;
+
+use super::forward_curve::ForwardCurve;
 
 /// Rounds of each shape measured before the cheaper is preferred.
 const PROBES: u32 = 2;
@@ -16,6 +25,8 @@ const PROBES: u32 = 2;
 const REPROBE_EVERY: u32 = 8;
 /// How much of a shape's past rounds each new round keeps (a decay over rounds).
 const KEEP: f64 = 0.8;
+/// How far one verify moves the estimate of verify time at its row count.
+const ROW_WEIGHT: f64 = 0.3;
 
 /// One request's measured choice between trees and chains.
 #[derive(Clone, Debug, Default)]
@@ -24,6 +35,11 @@ pub struct TreeChoice {
     chain: ShapeCost,
     /// Rounds since the last probe of the shape not preferred.
     since_probe: u32,
+    /// Verify time by the rows a round verified (bonus, drafts and branches), trees and
+    /// chains alike.
+    verify_by_rows: ForwardCurve,
+    /// Rows of the last chain round verified.
+    chain_rows: usize,
 }
 
 /// A shape's recent rounds: their time and their tokens, each round weighted by how
@@ -75,6 +91,30 @@ impl TreeChoice {
             true => self.tree.record(time, tokens),
             false => self.chain.record(time, tokens),
         }
+    }
+
+    /// Books a drafting round's verify: the rows it verified and how long it took.
+    pub fn record_verify(&mut self, tree: bool, rows: usize, time: Duration) {
+        self.verify_by_rows.record(rows, time, ROW_WEIGHT);
+        if !tree {
+            self.chain_rows = rows;
+        }
+    }
+
+    /// The least chance of being committed that makes a branch draft worth its verify row
+    /// in a tree of up to `branches` branches beside the chain: the verify time one more
+    /// row costs there (the slope from the chain's rows to the tree's) over the time a
+    /// chain spends per token. `None` until verifies of two sizes and a chain's rounds
+    /// were measured.
+    pub fn least_branch_chance(&self, branches: usize) -> Option<f64> {
+        if branches == 0 || self.chain.rounds == 0 || self.verify_by_rows.sizes() < 2 {
+            return None;
+        }
+        let chain = self.verify_by_rows.seconds(self.chain_rows)?;
+        let tree = self.verify_by_rows.seconds(self.chain_rows + branches)?;
+        let per_row = ((tree - chain) / branches as f64).max(0.0);
+        let per_token = self.chain.per_token();
+        (per_token > 0.0).then(|| (per_row / per_token).min(1.0))
     }
 
     /// Rounds of each shape measured so far (trees, chains).
@@ -130,6 +170,38 @@ mod tests {
             }
         }
         assert!(trees < 15, "{trees} tree rounds");
+    }
+
+    #[test]
+    fn a_branch_is_priced_at_a_rows_verify_time_over_a_chains_time_per_token() {
+        let mut choice = TreeChoice::default();
+        assert_eq!(choice.least_branch_chance(3), None);
+        // Chains of 5 rows verify in 50 ms and emit 2 tokens in 80 ms rounds (40 ms a token);
+        // trees of 8 rows verify in 56 ms: 2 ms a row, a branch pays from a chance of 0.05.
+        choice.record(false, ms(80), 2);
+        choice.record_verify(false, 5, ms(50));
+        assert_eq!(
+            choice.least_branch_chance(3),
+            None,
+            "one size: no slope yet"
+        );
+        choice.record(true, ms(86), 2);
+        choice.record_verify(true, 8, ms(56));
+        let chance = choice.least_branch_chance(3).unwrap();
+        assert!((chance - 0.05).abs() < 1e-9, "{chance}");
+        assert_eq!(choice.least_branch_chance(0), None);
+        // Rows that cost more than tokens are worth: no branch pays.
+        let mut busy = TreeChoice::default();
+        busy.record(false, ms(10), 1);
+        busy.record_verify(false, 2, ms(10));
+        busy.record_verify(true, 3, ms(100));
+        assert_eq!(busy.least_branch_chance(1), Some(1.0));
+        // A tree that verified faster than the chain (noise) prices rows at nothing.
+        let mut noisy = TreeChoice::default();
+        noisy.record(false, ms(10), 1);
+        noisy.record_verify(false, 4, ms(20));
+        noisy.record_verify(true, 6, ms(18));
+        assert_eq!(noisy.least_branch_chance(2), Some(0.0));
     }
 
     #[test]

@@ -139,6 +139,7 @@ impl<D: Drafter> HybridDrafter<D> {
             output_index_base,
             count,
             tree_nodes,
+            least_branch_chance,
         } = request;
         // The table's shard is held only for the clone of the session's handle.
         let entry = self
@@ -177,6 +178,7 @@ impl<D: Drafter> HybridDrafter<D> {
             output_index_base,
             count,
             tree_nodes,
+            least_branch_chance,
         }))
     }
 
@@ -346,6 +348,7 @@ mod tests {
             output_index_base: 0,
             count,
             tree_nodes: 0,
+            least_branch_chance: None,
         }))
     }
 
@@ -390,6 +393,7 @@ mod tests {
             output_index_base: 0,
             count: 2,
             tree_nodes: 2,
+            least_branch_chance: None,
         }))
         .unwrap();
         assert_eq!(tree.tokens, [5, 6, 8, 9]);

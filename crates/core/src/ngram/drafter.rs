@@ -117,6 +117,7 @@ impl<C: Send> Drafter for NgramDrafter<C> {
     async fn draft(&self, request: DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
         let request = DraftRequest {
             tree_nodes: 0,
+            least_branch_chance: None,
             ..request
         };
         self.draft_now(&request).map(|tree| tree.tokens)
@@ -175,6 +176,7 @@ mod tests {
             output_index_base: 1,
             count,
             tree_nodes: 0,
+            least_branch_chance: None,
         }))
     }
 
@@ -204,6 +206,7 @@ mod tests {
             output_index_base: 1,
             count: 2,
             tree_nodes,
+            least_branch_chance: None,
         };
         let tree = now(drafter.draft_tree(request(3))).unwrap();
         assert_eq!(

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, trace, warn, Instrument};
 
 use super::answer_check::check_verify_answer;
 use super::cleanup::Cleanup;
@@ -403,6 +403,11 @@ where
             let tokens = verified.new_tokens.len();
             let time = draft.time + verify_time;
             self.tree_choice.record(!drafts.is_chain(), time, tokens);
+            self.tree_choice.record_verify(
+                !drafts.is_chain(),
+                drafts.tokens.len() + 1,
+                verify_time,
+            );
         }
         if forced.is_empty() {
             self.planner.observe(&RoundOutcome {
@@ -601,7 +606,11 @@ where
             output_index_base: self.emitted as u64,
             count,
             tree_nodes,
+            least_branch_chance: self.tree_choice.least_branch_chance(tree_nodes),
         };
+        if let Some(chance) = request.least_branch_chance {
+            trace!(seq = %self.request.seq, chance, "branch rows priced");
+        }
         let drafted = if tree_nodes > 0 {
             drafter.draft_tree(request).await
         } else {

@@ -64,6 +64,7 @@ fn round(i: usize, context_len: usize, round: u32, committed: &[u32]) -> DraftRe
         output_index_base: u64::from(round),
         count: 1 + i % 4,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 

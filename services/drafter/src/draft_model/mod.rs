@@ -13,6 +13,7 @@ use crate::engine::{
     DraftCarry, DraftEngine, DraftStep, EngineError, EngineInfo, OpenSession, PrefixCacheView,
     SessionSource,
 };
+use crate::tree_growth::Branching;
 
 mod branches;
 mod tree_draft;
@@ -388,11 +389,12 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         &self,
         session: &mut Self::Session,
         step: DraftStep,
-        branch_nodes: usize,
+        branching: Branching,
     ) -> Result<DraftTree, EngineError> {
         if self.model.supports_trees() {
-            return self.grow_tree(session, step, branch_nodes);
+            return self.grow_tree(session, step, branching);
         }
+        let branch_nodes = branching.nodes;
         let mut jobs = [(session, step)];
         let chain = self
             .draft_ranked(&mut jobs, branch_nodes > 0)

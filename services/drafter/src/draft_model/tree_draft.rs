@@ -10,15 +10,15 @@ use specd_models::{CausalLm, OutputRows, SeqBlock, TopTwo};
 
 use super::{internal, DraftModelEngine, DraftModelSession};
 use crate::engine::{DraftStep, EngineError};
-use crate::tree_growth::{grow, RunTree};
+use crate::tree_growth::{grow, Branching, RunTree};
 
 impl<M: CausalLm> DraftModelEngine<M> {
-    /// A tree of at most `step.count` levels and `step.count + branch_nodes` drafts.
+    /// A tree of at most `step.count` levels and `step.count + branching.nodes` drafts.
     pub(super) fn grow_tree(
         &self,
         session: &mut DraftModelSession<M::Cache>,
         step: DraftStep,
-        branch_nodes: usize,
+        branching: Branching,
     ) -> Result<DraftTree, EngineError> {
         let vocab = self.model.vocab_size();
         if step.bonus as usize >= vocab {
@@ -37,7 +37,7 @@ impl<M: CausalLm> DraftModelEngine<M> {
             step.bonus,
             &first[0],
             step.count,
-            branch_nodes,
+            branching,
             &calibration,
             |ran: &RunTree, from| {
                 self.ranked(&mut [SeqBlock {

@@ -129,10 +129,12 @@ fn draft_batch<E: DraftEngine>(
         .iter_mut()
         .zip(&prepared)
         .filter_map(|(guard, prepared)| match prepared {
-            Ok(Prepared::Draft { step, key }) => Some(BatchedRound {
+            Ok(Prepared::Draft {
+                step, branching, ..
+            }) => Some(BatchedRound {
                 session: &mut guard.session,
                 step: *step,
-                tree_nodes: key.tree_nodes as usize,
+                branching: *branching,
             }),
             _ => None,
         })
@@ -142,7 +144,7 @@ fn draft_batch<E: DraftEngine>(
     for (guard, prepared) in guards.iter_mut().zip(prepared.drain(..)) {
         answers.push(match prepared {
             Ok(Prepared::Answered(drafted)) => Ok(drafted),
-            Ok(Prepared::Draft { step, key }) => {
+            Ok(Prepared::Draft { step, key, .. }) => {
                 let result = results.next().unwrap_or_else(|| {
                     Err(crate::engine::EngineError::Internal(
                         "a round was not drafted".into(),

@@ -13,6 +13,7 @@ use super::sessions::{SessionEntry, StepKey};
 use super::status::status_of;
 use crate::engine::{DraftCarry, DraftEngine, DraftStep, EngineInfo};
 use crate::kv_deltas::concat_deltas;
+use crate::tree_growth::Branching;
 use crate::wire_kv::{committed_kv, model_hidden};
 use specd_core::DraftTree;
 
@@ -36,6 +37,14 @@ pub(crate) fn check_request(request: &DraftRequest, info: &EngineInfo) -> Result
                 info.max_draft_tokens
             )));
         }
+    }
+    if let Some(chance) = request
+        .least_branch_chance
+        .filter(|chance| !(0.0..=1.0).contains(chance))
+    {
+        return Err(Status::invalid_argument(format!(
+            "least_branch_chance: must be a probability in [0, 1], got {chance}"
+        )));
     }
     if request.round == 0 {
         return Err(Status::invalid_argument("round: rounds start at 1"));
@@ -65,10 +74,12 @@ pub(crate) struct Drafted {
 /// round), or to be drafted.
 pub(crate) enum Prepared {
     Answered(Drafted),
-    /// To be drafted: a tree with up to `key.tree_nodes` branch drafts, or a chain.
+    /// To be drafted: a tree branching as `branching` allows (up to `key.tree_nodes`
+    /// branch drafts), or a chain.
     Draft {
         step: DraftStep,
         key: StepKey,
+        branching: Branching,
     },
 }
 
@@ -125,7 +136,15 @@ pub(crate) fn prepare_round<E: DraftEngine>(
         output_index_base: u64::from(request.output_index_base),
         branches: request.predraft_branches as usize,
     };
-    Ok(Prepared::Draft { step, key })
+    let branching = Branching::new(
+        key.tree_nodes as usize,
+        request.least_branch_chance.map(f64::from),
+    );
+    Ok(Prepared::Draft {
+        step,
+        key,
+        branching,
+    })
 }
 
 /// Records what the engine drafted for a prepared round, for retries, and answers it.

@@ -34,6 +34,7 @@ fn round_one(session_id: String, context_len: usize, bonus: u32, count: u32) -> 
         predraft: false,
         predraft_branches: 0,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn token_draft(session_id: &str, round: u64, position: u32, committed: &[u32]) -
         predraft: false,
         predraft_branches: 0,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 

@@ -102,6 +102,7 @@ fn token_draft(session_id: &str, position: u32, count: u32) -> DraftRequest {
         predraft: false,
         predraft_branches: 0,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use specd_drafter::{serve, DrafterServerConfig, DrafterService, MtpEngine};
+use specd_drafter::{serve, Branching, DrafterServerConfig, DrafterService, MtpEngine};
 use specd_models::gemma4::{Gemma4Model, LayerKv, DEFAULT_PREFILL_CHUNK};
 use specd_models::gemma4_assistant::Gemma4Assistant;
 use specd_wire::drafter::{draft_request, DraftRequest, DrafterClient, MtpCarry, OpenHeader};
@@ -83,6 +83,7 @@ fn draft_request(
         predraft: false,
         predraft_branches: 0,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 
@@ -217,7 +218,9 @@ fn an_mtp_tree_holds_the_chain_and_each_node_is_a_choice_after_its_path() {
             branches: 0,
         };
         let chain = engine.draft(&mut session, step).unwrap();
-        let tree = engine.draft_tree(&mut session, step, 4).unwrap();
+        let tree = engine
+            .draft_tree(&mut session, step, Branching::new(4, None))
+            .unwrap();
         assert!(tree.check().is_ok(), "{tree:?}");
         assert!(!tree.is_chain(), "{name}: nearly flat logits branch");
         assert!(tree.tokens.len() <= 8 && tree.depth() <= 4);

@@ -179,6 +179,7 @@ pub fn mtp_draft(
         predraft: false,
         predraft_branches: 0,
         tree_nodes: 0,
+        least_branch_chance: None,
     }
 }
 

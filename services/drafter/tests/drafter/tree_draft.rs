@@ -5,7 +5,7 @@
 use candle_core::Device;
 use specd_core::{DraftTree, SamplingParams};
 use specd_drafter::{
-    DraftCarry, DraftEngine, DraftModelEngine, DraftStep, OpenSession, SessionSource,
+    Branching, DraftCarry, DraftEngine, DraftModelEngine, DraftStep, OpenSession, SessionSource,
 };
 use specd_models::qwen2::Qwen2Model;
 
@@ -73,7 +73,8 @@ fn tree_sessions_propose_what_chain_sessions_do_after_any_path() {
             branches: 0,
         };
         let chain = chains.draft(&mut a, step).unwrap();
-        let tree = trees.draft_tree(&mut b, step, branch_nodes).unwrap();
+        let branching = Branching::new(branch_nodes, None);
+        let tree = trees.draft_tree(&mut b, step, branching).unwrap();
         tree.check().unwrap();
         assert!(tree.depth() <= count, "round {round}");
         assert!(tree.tokens.len() <= count + branch_nodes, "round {round}");
@@ -126,6 +127,7 @@ mod over_grpc {
             predraft: true,
             predraft_branches: 2,
             tree_nodes,
+            least_branch_chance: None,
         }
     }
 
@@ -158,8 +160,9 @@ mod over_grpc {
     }
 
     /// A draft-model drafter service answers `tree_nodes` with a tree (drafts and parents)
-    /// that holds the chain it drafts without, repeats it for a retry, and names the field
-    /// when the request asks for more branches than it drafts.
+    /// that holds the chain it drafts without, repeats it for a retry, branches only where
+    /// a branch is as likely as `least_branch_chance` asks, and names the field when the
+    /// request asks for more branches than it drafts or a chance that is not one.
     #[tokio::test]
     async fn a_draft_model_service_drafts_trees_on_request() {
         let file = TempGguf::tiny("tree-draft-grpc", &TinySpec::default());
@@ -204,5 +207,22 @@ mod over_grpc {
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{err}");
         assert!(err.message().contains("tree_nodes"), "{err}");
+
+        // Rows priced: free ones fill the budget, a row worth a sure token takes none.
+        let priced = |session: &str, chance: f32| DraftRequest {
+            least_branch_chance: Some(chance),
+            ..round(session, 1, position, 5)
+        };
+        let (free, dear) = (open(&server, &context).await, open(&server, &context).await);
+        let wide = draft(&server, priced(&free, 0.0)).await.unwrap();
+        assert_eq!(wide.drafts.len(), 4 + 5, "{wide:?}");
+        let narrow = draft(&server, priced(&dear, 1.0)).await.unwrap();
+        assert_eq!(narrow.drafts, chain.drafts, "a branch was taken at price 1");
+        for bad in [-0.5, 1.5, f32::NAN] {
+            let other = open(&server, &context).await;
+            let err = draft(&server, priced(&other, bad)).await.unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+            assert!(err.message().contains("least_branch_chance"), "{err}");
+        }
     }
 }
