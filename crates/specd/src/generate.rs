@@ -89,10 +89,12 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub no_auto_speculation: bool,
     /// Drafts a round may verify beside its chain, as a token tree (0: chains only): a draft
-    /// model's or an MTP assistant's first and second choices where it is unsure (greedy
-    /// requests, for the assistant), or what followed other occurrences of a prompt-lookup
-    /// match. Each request measures whether trees or chains cost less per token and uses the
-    /// cheaper. Trees run for requests without penalties, bias, min-p or log probabilities.
+    /// model's or an MTP assistant's first and second choices where it is unsure (a seeded
+    /// request's first choice being the assistant's draw with the target's key), or what
+    /// followed other occurrences of a prompt-lookup match. Each request measures whether
+    /// trees or chains cost less per token and uses the cheaper, and keeps a branch only if
+    /// it is likelier than its verify row costs in tokens. Trees run for requests without
+    /// penalties, bias, min-p or log probabilities.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=8))]
     pub tree_nodes: u64,
     /// A GGUF draft model proposes only token ids below this (its LM head reads only their

@@ -6,6 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use specd_core::{sample, DraftTree, SamplingParams};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
+use specd_models::TopTwo;
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
@@ -62,6 +63,45 @@ impl MtpEngine {
     /// The block size the checkpoint was trained for, when it says.
     pub fn trained_block_size(&self) -> Option<usize> {
         self.model.config().block_size
+    }
+}
+
+/// The token drawn from `logits` with the target's key for output index `index` (the
+/// argmax where the sampling cannot draw).
+fn keyed_draw(logits: &[f32], sampling: &SamplingParams, index: u64) -> u32 {
+    sample(logits, sampling, index)
+        .ok()
+        .or_else(|| first_argmax(logits))
+        .unwrap_or(0)
+}
+
+impl MtpEngine {
+    /// A tree node's two proposals for its children, at output index `index`, with their
+    /// logits: for a greedy session the assistant's best two; for a sampled one the draft
+    /// drawn with the target's key there (what the session's chain holds) and the likeliest
+    /// other token.
+    fn proposals(
+        &self,
+        sampling: &SamplingParams,
+        normed: &Tensor,
+        index: u64,
+    ) -> Result<TopTwo, specd_models::ModelError> {
+        if sampling.is_greedy() {
+            return self.model.top_two(normed);
+        }
+        let logits = self.model.logits(normed)?;
+        let draw = keyed_draw(&logits, sampling, index);
+        let logit_of = |token: u32| logits.get(token as usize).copied();
+        let other = (0..logits.len() as u32)
+            .filter(|&token| token != draw)
+            .filter_map(|token| logit_of(token).map(|logit| (token, logit)))
+            .filter(|(_, logit)| logit.is_finite())
+            // The likeliest; the lowest id among equals.
+            .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(TopTwo {
+            best: (draw, logit_of(draw).unwrap_or(f32::NEG_INFINITY)),
+            runner_up: other,
+        })
     }
 }
 
@@ -142,31 +182,30 @@ impl DraftEngine for MtpEngine {
                 step.bonus,
                 hidden,
                 step.count,
-                |logits, i| {
-                    sample(logits, &sampling, step.output_index_base + i as u64)
-                        .ok()
-                        .or_else(|| first_argmax(logits))
-                        .unwrap_or(0)
-                },
+                |logits, i| keyed_draw(logits, &sampling, step.output_index_base + i as u64),
             )
         };
         drafts.map_err(model_error("draft"))
     }
 
-    /// A greedy session's tree ([`crate::tree_growth`]): each node is one assistant step
-    /// after its parent's (the assistant reads only the target's K/V, so a node depends on
-    /// its parent's hidden state and its own token alone), its greedy path the chain
-    /// [`DraftEngine::draft`] gives. A sampled session drafts its chain, each draft drawn
-    /// with the target's key.
+    /// A tree ([`crate::tree_growth`]): each node is one assistant step after its parent's
+    /// (the assistant reads only the target's K/V, so a node depends on its parent's hidden
+    /// state and its own token alone), and proposes its first and second choice
+    /// ([`MtpEngine::proposals`]), so the path of first choices is the chain
+    /// [`DraftEngine::draft`] gives, greedy or drawn with the target's key.
     fn draft_tree(
         &self,
         session: &mut MtpSession,
         step: DraftStep,
         branching: Branching,
     ) -> Result<DraftTree, EngineError> {
-        if branching.nodes == 0 || step.count < 1 || !session.sampling.is_greedy() {
+        if branching.nodes == 0 || step.count < 1 {
             return self.draft(session, step).map(DraftTree::chain);
         }
+        let sampling = session.sampling;
+        let proposals = |normed: &Tensor, depth: u64| {
+            self.proposals(&sampling, normed, step.output_index_base + depth)
+        };
         let hidden = session.hidden()?;
         let steps = self
             .model
@@ -175,12 +214,10 @@ impl DraftEngine for MtpEngine {
         let root = steps
             .step(step.bonus, hidden)
             .map_err(model_error("draft.bonus"))?;
-        let root_ranked = self
-            .model
-            .top_two(&root.normed)
-            .map_err(model_error("draft"))?;
-        // The hidden state each run node hands its children, by node.
+        let root_ranked = proposals(&root.normed, 0).map_err(model_error("draft"))?;
+        // The hidden state each run node hands its children, and its depth, by node.
         let mut hiddens = vec![root.hidden];
+        let mut depths = vec![0u64];
         // The session sees no committed tokens (only the target's K/V), so it keeps the
         // assistant's own shares.
         let grown = grow(
@@ -195,7 +232,9 @@ impl DraftEngine for MtpEngine {
                         let parent = ran.parents[node - 1] as usize;
                         let out = steps.step(ran.tokens[node], &hiddens[parent])?;
                         hiddens.push(out.hidden);
-                        self.model.top_two(&out.normed)
+                        let depth = depths[parent] + 1;
+                        depths.push(depth);
+                        proposals(&out.normed, depth)
                     })
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(model_error("draft"))

@@ -119,9 +119,15 @@ fn gemma4_token_trees_print_the_plain_tokens() {
             let chain = with(&chains);
             assert_eq!(chain["tokens"], plain["tokens"], "{drafter:?} {sampling:?}");
             assert_eq!(chain["stats"]["tree_rounds"], 0);
-            if drafter == mtp && sampling[1] == "0" {
+            if drafter == mtp {
+                // Greedy and seeded alike: a seeded tree's first choices are the drafts
+                // drawn with the target's key, its branches the likeliest others.
                 let rounds = tree["stats"]["tree_rounds"].as_u64().unwrap();
-                assert!(rounds > 0, "no MTP tree round: {}", tree["stats"]);
+                assert!(
+                    rounds > 0,
+                    "no MTP tree round: {} {sampling:?}",
+                    tree["stats"]
+                );
             }
         }
     }

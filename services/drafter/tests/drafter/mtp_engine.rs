@@ -177,10 +177,17 @@ fn path_to(tree: &specd_core::DraftTree, j: usize) -> Vec<usize> {
 
 #[test]
 fn an_mtp_tree_holds_the_chain_and_each_node_is_a_choice_after_its_path() {
+    use specd_core::{sample, SamplingParams};
     use specd_drafter::{DraftCarry, DraftEngine, DraftStep, OpenSession, SessionSource};
 
     let device = Device::Cpu;
     let target = Gemma4Model::load(&fixture("target-full"), DType::F32, &device).unwrap();
+    let seeded = |seed| SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        top_k: 40,
+        seed,
+    };
     for name in ["assistant-dense", "assistant-centroid"] {
         let engine =
             MtpEngine::load(&fixture(name), &fixture("target-full"), DType::F32, &device).unwrap();
@@ -193,64 +200,79 @@ fn an_mtp_tree_holds_the_chain_and_each_node_is_a_choice_after_its_path() {
             .prefill(&mut cache, &prompt, DEFAULT_PREFILL_CHUNK)
             .unwrap();
         let shared = target.shared_kv(&cache, 0, cache.len()).unwrap();
-        let mut session = engine
-            .open(OpenSession {
-                sampling: specd_core::SamplingParams::default(),
-                committed_len: cache.len(),
-                source: SessionSource::Snapshot(shared.clone()),
-                cache_scope: Default::default(),
-            })
-            .unwrap();
-        engine
-            .apply(
-                &mut session,
-                DraftCarry::Mtp {
-                    hidden: hidden.clone(),
-                    delta: None,
-                },
-            )
-            .unwrap();
-        let step = DraftStep {
-            bonus: 17,
-            position: cache.len() - 1,
-            count: 4,
-            output_index_base: 1,
-            branches: 0,
-        };
-        let chain = engine.draft(&mut session, step).unwrap();
-        let tree = engine
-            .draft_tree(&mut session, step, Branching::new(4, None))
-            .unwrap();
-        assert!(tree.check().is_ok(), "{tree:?}");
-        assert!(!tree.is_chain(), "{name}: nearly flat logits branch");
-        assert!(tree.tokens.len() <= 8 && tree.depth() <= 4);
+        for sampling in [SamplingParams::GREEDY, seeded(7), seeded(8)] {
+            let mut session = engine
+                .open(OpenSession {
+                    sampling,
+                    committed_len: cache.len(),
+                    source: SessionSource::Snapshot(shared.clone()),
+                    cache_scope: Default::default(),
+                })
+                .unwrap();
+            engine
+                .apply(
+                    &mut session,
+                    DraftCarry::Mtp {
+                        hidden: hidden.clone(),
+                        delta: None,
+                    },
+                )
+                .unwrap();
+            let step = DraftStep {
+                bonus: 17,
+                position: cache.len() - 1,
+                count: 4,
+                output_index_base: 1,
+                branches: 0,
+            };
+            let chain = engine.draft(&mut session, step).unwrap();
+            let tree = engine
+                .draft_tree(&mut session, step, Branching::new(4, None))
+                .unwrap();
+            let case = format!("{name}, {sampling:?}");
+            assert!(tree.check().is_ok(), "{case}: {tree:?}");
+            assert!(!tree.is_chain(), "{case}: nearly flat logits branch");
+            assert!(tree.tokens.len() <= 8 && tree.depth() <= 4);
 
-        // The first child of every node, from the root, is the chain.
-        let mut first_children = Vec::new();
-        let mut at = 0;
-        while let Some(j) = (0..tree.tokens.len()).find(|&j| tree.parent(j) == at) {
-            first_children.push(tree.tokens[j]);
-            at = j + 1;
-        }
-        assert_eq!(first_children, chain, "{name}");
-        // Each draft is the assistant's first or second choice after the steps of its path.
-        let mirror = assistant.new_mirror(&shared).unwrap();
-        for j in 0..tree.tokens.len() {
-            let path = path_to(&tree, j);
-            let (mut token, mut state) = (17, hidden.clone());
-            for &at in &path[..path.len() - 1] {
-                let out = assistant.step(&mirror, token, &state).unwrap();
-                (token, state) = (tree.tokens[at], out.hidden);
+            // The first child of every node, from the root, is the chain.
+            let mut first_children = Vec::new();
+            let mut at = 0;
+            while let Some(j) = (0..tree.tokens.len()).find(|&j| tree.parent(j) == at) {
+                first_children.push(tree.tokens[j]);
+                at = j + 1;
             }
-            let out = assistant.step(&mirror, token, &state).unwrap();
-            let ranked = assistant.top_two(&out.normed).unwrap();
-            assert_eq!(ranked.best.0, assistant.argmax(&out.normed).unwrap());
-            let choice = tree.tokens[j];
-            let second = ranked.runner_up.map(|r| r.0);
-            assert!(
-                choice == ranked.best.0 || Some(choice) == second,
-                "{name}: draft {j} ({choice}) is neither of {ranked:?}"
-            );
+            assert_eq!(first_children, chain, "{case}");
+            // Each draft is the assistant's first or second choice after the steps of its
+            // path: greedy, its best two; sampled, the draw with the target's key at the
+            // draft's output index and the likeliest other token.
+            let mirror = assistant.new_mirror(&shared).unwrap();
+            for j in 0..tree.tokens.len() {
+                let path = path_to(&tree, j);
+                let (mut token, mut state) = (17, hidden.clone());
+                for &at in &path[..path.len() - 1] {
+                    let out = assistant.step(&mirror, token, &state).unwrap();
+                    (token, state) = (tree.tokens[at], out.hidden);
+                }
+                let out = assistant.step(&mirror, token, &state).unwrap();
+                let (first, second) = if sampling.is_greedy() {
+                    let ranked = assistant.top_two(&out.normed).unwrap();
+                    assert_eq!(ranked.best.0, assistant.argmax(&out.normed).unwrap());
+                    (ranked.best.0, ranked.runner_up.map(|r| r.0))
+                } else {
+                    let logits = assistant.logits(&out.normed).unwrap();
+                    let index = step.output_index_base + path.len() as u64 - 1;
+                    let draw = sample(&logits, &sampling, index).unwrap();
+                    let other = (0..logits.len())
+                        .filter(|&t| t != draw as usize && logits[t].is_finite())
+                        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)));
+                    (draw, other.map(|t| t as u32))
+                };
+                let choice = tree.tokens[j];
+                assert!(
+                    choice == first || Some(choice) == second,
+                    "{case}: draft {j} ({choice}) is neither {first} nor {second:?}"
+                );
+            }
         }
     }
 }
