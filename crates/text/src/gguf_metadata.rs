@@ -24,11 +24,7 @@ pub fn read_metadata(path: &Path) -> Result<Metadata> {
 
 pub(crate) fn meta_str<'a>(metadata: &'a Metadata, field: &str) -> Result<&'a str> {
     match metadata.get(field) {
-        Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(TextError::field(
-            field,
-            format!("expected a string, found {:?}", other.value_type()),
-        )),
+        Some(value) => string(value).map_err(|reason| TextError::field(field, reason)),
         None => Err(TextError::MissingField {
             field: field.to_string(),
         }),
@@ -36,6 +32,12 @@ pub(crate) fn meta_str<'a>(metadata: &'a Metadata, field: &str) -> Result<&'a st
 }
 
 pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
+    count(value).map_err(|reason| TextError::field(field, reason))
+}
+
+/// A non-negative integer of any GGUF integer type, whatever width the writer chose; the
+/// caller names the key in its own error.
+pub fn count(value: &Value) -> std::result::Result<usize, String> {
     let wide: i128 = match value {
         Value::U8(v) => (*v).into(),
         Value::I8(v) => (*v).into(),
@@ -46,14 +48,30 @@ pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
         Value::U64(v) => (*v).into(),
         Value::I64(v) => (*v).into(),
         other => {
-            return Err(TextError::field(
-                field,
-                format!("expected an integer, found {:?}", other.value_type()),
+            return Err(format!(
+                "expected an integer, found {:?}",
+                other.value_type()
             ))
         }
     };
-    usize::try_from(wide)
-        .map_err(|_| TextError::field(field, format!("{wide} is not a valid count or id")))
+    usize::try_from(wide).map_err(|_| format!("{wide} is not a valid count or id"))
+}
+
+/// A string; the caller names the key in its own error.
+pub fn string(value: &Value) -> std::result::Result<&str, String> {
+    match value {
+        Value::String(s) => Ok(s),
+        other => Err(format!("expected a string, found {:?}", other.value_type())),
+    }
+}
+
+/// An f32 or f64; the caller names the key in its own error.
+pub fn float(value: &Value) -> std::result::Result<f64, String> {
+    match value {
+        Value::F32(v) => Ok(f64::from(*v)),
+        Value::F64(v) => Ok(*v),
+        other => Err(format!("expected a float, found {:?}", other.value_type())),
+    }
 }
 
 pub(crate) fn array<'a>(metadata: &'a Metadata, field: &str) -> Result<&'a [Value]> {
@@ -73,12 +91,8 @@ pub(crate) fn string_array<'a>(metadata: &'a Metadata, field: &str) -> Result<Ve
     array(metadata, field)?
         .iter()
         .enumerate()
-        .map(|(i, v)| match v {
-            Value::String(s) => Ok(s.as_str()),
-            other => Err(TextError::field(
-                &format!("{field}[{i}]"),
-                format!("expected a string, found {:?}", other.value_type()),
-            )),
+        .map(|(i, v)| {
+            string(v).map_err(|reason| TextError::field(&format!("{field}[{i}]"), reason))
         })
         .collect()
 }

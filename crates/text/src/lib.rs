@@ -12,7 +12,7 @@ mod chat_template;
 mod checkpoint_files;
 mod error;
 mod gemma4_tokenizer;
-mod gguf_metadata;
+pub mod gguf_metadata;
 mod gguf_tokenizer;
 mod target_text;
 pub mod token_bytes;

@@ -206,13 +206,8 @@ fn meta<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<&'a Val
 }
 
 pub(crate) fn meta_str<'a>(metadata: &'a HashMap<String, Value>, field: &str) -> Result<&'a str> {
-    match meta(metadata, field)? {
-        Value::String(s) => Ok(s),
-        other => Err(Qwen2Error::field(
-            field,
-            format!("expected a string, found {:?}", other.value_type()),
-        )),
-    }
+    specd_text::gguf_metadata::string(meta(metadata, field)?)
+        .map_err(|reason| Qwen2Error::field(field, reason))
 }
 
 pub(crate) fn meta_usize(metadata: &HashMap<String, Value>, field: &str) -> Result<usize> {
@@ -220,11 +215,11 @@ pub(crate) fn meta_usize(metadata: &HashMap<String, Value>, field: &str) -> Resu
 }
 
 pub(crate) fn value_usize(value: &Value, field: &str) -> Result<usize> {
-    crate::gguf::value::count(value).map_err(|reason| Qwen2Error::field(field, reason))
+    specd_text::gguf_metadata::count(value).map_err(|reason| Qwen2Error::field(field, reason))
 }
 
 fn meta_f64(metadata: &HashMap<String, Value>, field: &str) -> Result<f64> {
-    crate::gguf::value::float(meta(metadata, field)?)
+    specd_text::gguf_metadata::float(meta(metadata, field)?)
         .map_err(|reason| Qwen2Error::field(field, reason))
 }
 

@@ -13,13 +13,8 @@ impl Meta<'_> {
     }
 
     pub(super) fn string(&self, key: &str) -> Result<&str> {
-        match self.required(key)? {
-            Value::String(s) => Ok(s),
-            other => Err(ModelError::config(
-                key,
-                format!("expected a string, found {:?}", other.value_type()),
-            )),
-        }
+        specd_text::gguf_metadata::string(self.required(key)?)
+            .map_err(|reason| ModelError::config(key, reason))
     }
 
     pub(super) fn usize(&self, key: &str) -> Result<usize> {
@@ -87,9 +82,9 @@ impl Meta<'_> {
 }
 
 pub(super) fn integer(value: &Value, key: &str) -> Result<usize> {
-    crate::gguf::value::count(value).map_err(|reason| ModelError::config(key, reason))
+    specd_text::gguf_metadata::count(value).map_err(|reason| ModelError::config(key, reason))
 }
 
 pub(super) fn float(value: &Value, key: &str) -> Result<f64> {
-    crate::gguf::value::float(value).map_err(|reason| ModelError::config(key, reason))
+    specd_text::gguf_metadata::float(value).map_err(|reason| ModelError::config(key, reason))
 }
