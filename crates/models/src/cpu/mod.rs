@@ -14,6 +14,7 @@ mod attention;
 mod bandwidth;
 mod buffer;
 mod format;
+mod formats;
 mod isa;
 mod kv;
 mod lanes;

@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use super::buffer::AlignedBytes;
-use super::format::{DecodedBlock, WeightFormat};
+use super::format::WeightFormat;
 use super::pool::ThreadPool;
 
 /// Output columns per tile.
@@ -166,121 +166,17 @@ impl PackedMatrix {
     }
 }
 
-/// Writes one tile from up to 16 column rows (missing columns stay zero).
+/// Writes one tile from up to 16 column rows (missing columns stay zero), block by block
+/// with the format's packer.
 fn pack_tile(format: WeightFormat, cols: &[&[u8]], blocks: usize, tile: &mut [u8]) {
-    let tb = format.tile_block_bytes();
-    match format {
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
-            let size = format.block_bytes();
-            for k in 0..blocks {
-                for (c, col) in cols.iter().enumerate() {
-                    let at = k * tb + c * size;
-                    tile[at..at + size].copy_from_slice(&col[k * size..(k + 1) * size]);
-                }
-            }
+    let table = format.table();
+    let (bb, tb) = (table.block_bytes, table.tile_block_bytes);
+    let mut block_cols: [&[u8]; TILE] = [&[]; TILE];
+    let cols = &cols[..cols.len().min(TILE)];
+    for b in 0..blocks {
+        for (slot, col) in block_cols.iter_mut().zip(cols) {
+            *slot = &col[b * bb..(b + 1) * bb];
         }
-        _ => {
-            let bb = format.block_bytes();
-            let mut decoded = Vec::with_capacity(cols.len());
-            for b in 0..blocks {
-                decoded.clear();
-                decoded.extend(
-                    cols.iter()
-                        .map(|col| DecodedBlock::decode(format, &col[b * bb..(b + 1) * bb])),
-                );
-                pack_block(format, &decoded, &mut tile[b * tb..(b + 1) * tb]);
-            }
-        }
-    }
-}
-
-/// Byte `4c + t` of a 64-byte chunk: column `c`, reduction offset `t`.
-fn chunk_at(c: usize, t: usize) -> usize {
-    4 * c + t
-}
-
-/// 4 chunks of nibbles for 32 values starting at `base`: chunk `h` holds groups `h` (low)
-/// and `h + 4` (high).
-fn put_nibbles(cols: &[DecodedBlock], base: usize, out: &mut [u8]) {
-    for h in 0..4 {
-        for (c, b) in cols.iter().enumerate() {
-            for t in 0..4 {
-                let lo = b.q[base + 4 * h + t] & 0x0f;
-                let hi = b.q[base + 4 * (h + 4) + t] & 0x0f;
-                out[64 * h + chunk_at(c, t)] = lo | (hi << 4);
-            }
-        }
-    }
-}
-
-fn put_d(cols: &[DecodedBlock], field: impl Fn(&DecodedBlock) -> u16, out: &mut [u8]) {
-    for (c, b) in cols.iter().enumerate() {
-        out[2 * c..2 * c + 2].copy_from_slice(&field(b).to_le_bytes());
-    }
-}
-
-fn pack_block(format: WeightFormat, cols: &[DecodedBlock], out: &mut [u8]) {
-    put_d(cols, |b| b.d, &mut out[..32]);
-    match format {
-        WeightFormat::Q4_0 => put_nibbles(cols, 0, &mut out[32..288]),
-        WeightFormat::Q5_0 => {
-            put_nibbles(cols, 0, &mut out[32..288]);
-            for (c, b) in cols.iter().enumerate() {
-                for t in 0..4 {
-                    let mut bits = 0u8;
-                    for g in 0..8 {
-                        bits |= ((b.q[4 * g + t] >> 4) & 1) << g;
-                    }
-                    out[288 + chunk_at(c, t)] = bits;
-                }
-            }
-        }
-        WeightFormat::Q8_0 => {
-            for g in 0..8 {
-                for (c, b) in cols.iter().enumerate() {
-                    for t in 0..4 {
-                        out[32 + 64 * g + chunk_at(c, t)] = b.q[4 * g + t];
-                    }
-                }
-            }
-        }
-        WeightFormat::Q4K => {
-            put_d(cols, |b| b.dmin, &mut out[32..64]);
-            for (c, b) in cols.iter().enumerate() {
-                for j in 0..8 {
-                    out[64 + 16 * j + c] = b.scales[j];
-                    out[192 + 32 * (j / 2) + 2 * c + j % 2] = b.mins[j];
-                }
-            }
-            for j in 0..8 {
-                put_nibbles(cols, 32 * j, &mut out[320 + 256 * j..320 + 256 * (j + 1)]);
-            }
-        }
-        WeightFormat::Q6K => {
-            for (c, b) in cols.iter().enumerate() {
-                for j in 0..16 {
-                    out[32 + 32 * (j / 2) + 2 * c + j % 2] = b.scales[j];
-                }
-            }
-            for span in 0..8 {
-                let at = 288 + 384 * span;
-                put_nibbles(cols, 32 * span, &mut out[at..at + 256]);
-                for p in 0..2 {
-                    for (c, b) in cols.iter().enumerate() {
-                        for t in 0..4 {
-                            let mut bits = 0u8;
-                            for i in 0..4 {
-                                let q = b.q[32 * span + 4 * (4 * p + i) + t];
-                                bits |= ((q >> 4) & 3) << (2 * i);
-                            }
-                            out[at + 256 + 64 * p + chunk_at(c, t)] = bits;
-                        }
-                    }
-                }
-            }
-        }
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {
-            unreachable!("dense tiles are copied, not decoded")
-        }
+        (table.pack_block)(&block_cols[..cols.len()], &mut tile[b * tb..(b + 1) * tb]);
     }
 }

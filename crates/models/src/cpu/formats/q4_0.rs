@@ -1,0 +1,41 @@
+//! Q4_0: 32 values a block, an f16 scale `d` and 16 bytes of nibbles (values `j` and
+//! `j + 16` in byte `j`); a value is `d × (q − 8)`.
+
+use candle_core::quantized::GgmlDType;
+
+use super::{
+    dequantize_blocks, le16, pack_decoded, put_nibbles, ActivationKind, DecodedBlock, FormatTable,
+};
+
+pub(super) static TABLE: FormatTable = FormatTable {
+    ggml: GgmlDType::Q4_0,
+    block_len: 32,
+    block_bytes: 18,
+    tile_block_bytes: 16 * 18,
+    activation: ActivationKind::Q8Block32,
+    dequantize,
+    pack_block,
+};
+
+fn decode(block: &[u8]) -> DecodedBlock {
+    let mut out = DecodedBlock::EMPTY;
+    out.d = le16(block, 0);
+    for j in 0..16 {
+        out.q[j] = block[2 + j] & 0x0f;
+        out.q[j + 16] = block[2 + j] >> 4;
+    }
+    out
+}
+
+fn dequantize(row: &[u8], out: &mut [f32]) {
+    dequantize_blocks(row, out, (32, 18), decode, |b, d, i| {
+        d * (b.q[i] as f32 - 8.0)
+    });
+}
+
+/// `d[16]`, then 4 chunks of nibbles.
+fn pack_block(cols: &[&[u8]], out: &mut [u8]) {
+    pack_decoded(cols, out, decode, |cols, out| {
+        put_nibbles(cols, 0, &mut out[32..288])
+    });
+}
