@@ -11,15 +11,13 @@ pub(super) static F16: FormatTable = dense(GgmlDType::F16, 2, dequantize_f16);
 pub(super) static BF16: FormatTable = dense(GgmlDType::BF16, 2, dequantize_bf16);
 
 const fn dense(ggml: GgmlDType, bytes: usize, dequantize: fn(&[u8], &mut [f32])) -> FormatTable {
-    FormatTable {
+    FormatTable::new(
         ggml,
-        block_len: 1,
-        block_bytes: bytes,
-        tile_block_bytes: 16 * bytes,
-        activation: ActivationKind::Dense,
+        (1, bytes),
+        ActivationKind::Dense,
         dequantize,
         pack_block,
-    }
+    )
 }
 
 fn dequantize_f32(row: &[u8], out: &mut [f32]) {

@@ -34,6 +34,41 @@ pub(crate) struct FormatTable {
     pub pack_block: fn(&[&[u8]], &mut [u8]),
 }
 
+impl FormatTable {
+    /// A format of `block_len` values in `block_bytes` bytes a block, packed as 16 blocks
+    /// side by side.
+    const fn new(
+        ggml: GgmlDType,
+        (block_len, block_bytes): (usize, usize),
+        activation: ActivationKind,
+        dequantize: fn(&[u8], &mut [f32]),
+        pack_block: fn(&[&[u8]], &mut [u8]),
+    ) -> Self {
+        Self {
+            ggml,
+            block_len,
+            block_bytes,
+            tile_block_bytes: TILE * block_bytes,
+            activation,
+            dequantize,
+            pack_block,
+        }
+    }
+
+    /// Its block's size in the packed layout where that is not 16 GGUF blocks.
+    const fn with_tile_block_bytes(self, tile_block_bytes: usize) -> Self {
+        Self {
+            tile_block_bytes,
+            ..self
+        }
+    }
+
+    /// Values and bytes of a GGUF block.
+    fn block(&self) -> (usize, usize) {
+        (self.block_len, self.block_bytes)
+    }
+}
+
 /// The table of `format`.
 pub(crate) fn table(format: WeightFormat) -> &'static FormatTable {
     match format {
@@ -83,10 +118,11 @@ fn le16(b: &[u8], at: usize) -> u16 {
 fn dequantize_blocks(
     row: &[u8],
     out: &mut [f32],
-    (block_len, block_bytes): (usize, usize),
+    table: &FormatTable,
     decode: impl Fn(&[u8]) -> DecodedBlock,
     value: impl Fn(&DecodedBlock, f32, usize) -> f32,
 ) {
+    let (block_len, block_bytes) = table.block();
     for (o, block) in out.chunks_mut(block_len).zip(row.chunks_exact(block_bytes)) {
         let b = decode(block);
         let d = f16::from_bits(b.d).to_f32();

@@ -7,15 +7,13 @@ use super::{
     dequantize_blocks, le16, pack_decoded, put_nibbles, ActivationKind, DecodedBlock, FormatTable,
 };
 
-pub(super) static TABLE: FormatTable = FormatTable {
-    ggml: GgmlDType::Q4_0,
-    block_len: 32,
-    block_bytes: 18,
-    tile_block_bytes: 16 * 18,
-    activation: ActivationKind::Q8Block32,
+pub(super) static TABLE: FormatTable = FormatTable::new(
+    GgmlDType::Q4_0,
+    (32, 18),
+    ActivationKind::Q8Block32,
     dequantize,
     pack_block,
-};
+);
 
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
@@ -28,7 +26,7 @@ fn decode(block: &[u8]) -> DecodedBlock {
 }
 
 fn dequantize(row: &[u8], out: &mut [f32]) {
-    dequantize_blocks(row, out, (32, 18), decode, |b, d, i| {
+    dequantize_blocks(row, out, &TABLE, decode, |b, d, i| {
         d * (b.q[i] as f32 - 8.0)
     });
 }

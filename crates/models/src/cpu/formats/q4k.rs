@@ -10,17 +10,16 @@ use super::{
     FormatTable,
 };
 
-pub(super) static TABLE: FormatTable = FormatTable {
-    ggml: GgmlDType::Q4K,
-    block_len: 256,
-    block_bytes: 144,
-    // The 6-bit scales and mins are kept as whole bytes: 148 bytes per column block
-    // instead of 144.
-    tile_block_bytes: 2368,
-    activation: ActivationKind::Q8Block256,
+// The 6-bit scales and mins are kept as whole bytes: 148 bytes per column block
+// instead of 144.
+pub(super) static TABLE: FormatTable = FormatTable::new(
+    GgmlDType::Q4K,
+    (256, 144),
+    ActivationKind::Q8Block256,
     dequantize,
     pack_block,
-};
+)
+.with_tile_block_bytes(2368);
 
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
@@ -50,7 +49,7 @@ fn decode(block: &[u8]) -> DecodedBlock {
 }
 
 fn dequantize(row: &[u8], out: &mut [f32]) {
-    dequantize_blocks(row, out, (256, 144), decode, |b, d, i| {
+    dequantize_blocks(row, out, &TABLE, decode, |b, d, i| {
         let dmin = f16::from_bits(b.dmin).to_f32();
         let j = i / 32;
         d * b.scales[j] as f32 * b.q[i] as f32 - dmin * b.mins[j] as f32

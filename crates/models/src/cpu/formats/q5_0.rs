@@ -8,15 +8,13 @@ use super::{
     FormatTable,
 };
 
-pub(super) static TABLE: FormatTable = FormatTable {
-    ggml: GgmlDType::Q5_0,
-    block_len: 32,
-    block_bytes: 22,
-    tile_block_bytes: 16 * 22,
-    activation: ActivationKind::Q8Block32,
+pub(super) static TABLE: FormatTable = FormatTable::new(
+    GgmlDType::Q5_0,
+    (32, 22),
+    ActivationKind::Q8Block32,
     dequantize,
     pack_block,
-};
+);
 
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
@@ -31,7 +29,7 @@ fn decode(block: &[u8]) -> DecodedBlock {
 }
 
 fn dequantize(row: &[u8], out: &mut [f32]) {
-    dequantize_blocks(row, out, (32, 22), decode, |b, d, i| {
+    dequantize_blocks(row, out, &TABLE, decode, |b, d, i| {
         d * (b.q[i] as f32 - 16.0)
     });
 }

@@ -9,15 +9,13 @@ use super::{
     FormatTable,
 };
 
-pub(super) static TABLE: FormatTable = FormatTable {
-    ggml: GgmlDType::Q6K,
-    block_len: 256,
-    block_bytes: 210,
-    tile_block_bytes: 16 * 210,
-    activation: ActivationKind::Q8Block256,
+pub(super) static TABLE: FormatTable = FormatTable::new(
+    GgmlDType::Q6K,
+    (256, 210),
+    ActivationKind::Q8Block256,
     dequantize,
     pack_block,
-};
+);
 
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
@@ -38,7 +36,7 @@ fn decode(block: &[u8]) -> DecodedBlock {
 }
 
 fn dequantize(row: &[u8], out: &mut [f32]) {
-    dequantize_blocks(row, out, (256, 210), decode, |b, d, i| {
+    dequantize_blocks(row, out, &TABLE, decode, |b, d, i| {
         d * (b.scales[i / 16] as i8 as f32) * (b.q[i] as f32 - 32.0)
     });
 }

@@ -6,15 +6,13 @@ use super::{
     chunk_at, dequantize_blocks, le16, pack_decoded, ActivationKind, DecodedBlock, FormatTable,
 };
 
-pub(super) static TABLE: FormatTable = FormatTable {
-    ggml: GgmlDType::Q8_0,
-    block_len: 32,
-    block_bytes: 34,
-    tile_block_bytes: 16 * 34,
-    activation: ActivationKind::Q8Block32,
+pub(super) static TABLE: FormatTable = FormatTable::new(
+    GgmlDType::Q8_0,
+    (32, 34),
+    ActivationKind::Q8Block32,
     dequantize,
     pack_block,
-};
+);
 
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
@@ -24,7 +22,7 @@ fn decode(block: &[u8]) -> DecodedBlock {
 }
 
 fn dequantize(row: &[u8], out: &mut [f32]) {
-    dequantize_blocks(row, out, (32, 34), decode, |b, d, i| {
+    dequantize_blocks(row, out, &TABLE, decode, |b, d, i| {
         d * (b.q[i] as i8 as f32)
     });
 }
