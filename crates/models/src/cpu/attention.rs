@@ -256,16 +256,16 @@ fn run_unit(unit: &Unit<'_>, scores: &mut Vec<f32>, isa: Isa) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn unit_avx512(unit: &Unit<'_>, scores: &mut Vec<f32>) {
-    unit_body::<super::lanes::avx512::Avx512, QUERY_ROWS>(unit, scores)
+super::avx512_kernel! {
+    unsafe fn unit_avx512(unit: &Unit<'_>, scores: &mut Vec<f32>) {
+        unit_body::<super::lanes::avx512::Avx512, QUERY_ROWS>(unit, scores)
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unit_avx2(unit: &Unit<'_>, scores: &mut Vec<f32>) {
-    unit_body::<super::lanes::avx2::Avx2<false>, QUERY_ROWS_AVX2>(unit, scores)
+super::avx2_kernel! {
+    unsafe fn unit_avx2(unit: &Unit<'_>, scores: &mut Vec<f32>) {
+        unit_body::<super::lanes::avx2::Avx2<false>, QUERY_ROWS_AVX2>(unit, scores)
+    }
 }
 
 /// # Safety

@@ -5,6 +5,37 @@ use super::format::WeightFormat;
 use super::lanes::portable::Portable;
 use super::tile::{run_rows, Prefetch, MAX_ROWS};
 
+/// Compiles the function that follows with AVX-512 VNNI's CPU features, the one list of
+/// them (x86-64 builds only). Call it only where [`Isa::Avx512Vnni`] is supported.
+macro_rules! avx512_kernel {
+    ($($item:tt)*) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        $($item)*
+    };
+}
+
+/// As [`avx512_kernel`], for [`Isa::AvxVnni`].
+macro_rules! avx_vnni_kernel {
+    ($($item:tt)*) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+        $($item)*
+    };
+}
+
+/// As [`avx512_kernel`], for [`Isa::Avx2`] (whose features every x86 set but the portable
+/// one includes).
+macro_rules! avx2_kernel {
+    ($($item:tt)*) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        $($item)*
+    };
+}
+
+pub(crate) use {avx2_kernel, avx512_kernel};
+
 /// The environment variable that forces a kernel set (`avx512`, `avx-vnni`, `avx2` or
 /// `portable`); a set the CPU lacks falls back to the best one it has.
 pub const KERNELS_ENV: &str = "SPECD_CPU_KERNELS";
@@ -184,11 +215,10 @@ unsafe fn swiglu<L: super::lanes::Lanes>(
 }
 
 /// A kernel set's two entry points, `$tile` ([`run_rows`]) and `$swiglu` ([`swiglu`]) over
-/// `$lanes`, compiled with `$features` (the set's one list of CPU features).
+/// `$lanes`, compiled by `$set` (the set's macro above, with its one list of CPU features).
 macro_rules! kernel_entries {
-    ($tile:ident, $swiglu:ident, $features:literal, $lanes:ty) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
+    ($tile:ident, $swiglu:ident, $set:ident, $lanes:ty) => {
+        $set! {
         unsafe fn $tile(
             format: WeightFormat,
             tiles: &[*const u8],
@@ -199,9 +229,9 @@ macro_rules! kernel_entries {
         ) {
             run_rows::<$lanes>(format, tiles, blocks, rows, out, prefetch)
         }
+        }
 
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
+        $set! {
         unsafe fn $swiglu(
             tiles: [(WeightFormat, *const u8, usize); 2],
             rows: &[ActRow],
@@ -211,24 +241,25 @@ macro_rules! kernel_entries {
         ) {
             swiglu::<$lanes>(tiles, rows, out, prefetch, together)
         }
+        }
     };
 }
 
 kernel_entries!(
     tile_avx512,
     swiglu_avx512,
-    "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c",
+    avx512_kernel,
     super::lanes::avx512::Avx512
 );
 kernel_entries!(
     tile_avx_vnni,
     swiglu_avx_vnni,
-    "avx2,fma,f16c,avxvnni",
+    avx_vnni_kernel,
     super::lanes::avx2::Avx2<true>
 );
 kernel_entries!(
     tile_avx2,
     swiglu_avx2,
-    "avx2,fma,f16c",
+    avx2_kernel,
     super::lanes::avx2::Avx2<false>
 );

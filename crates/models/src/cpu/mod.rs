@@ -32,6 +32,7 @@ pub use activation::QuantizedRows;
 pub use attention::{attend, attend_trees, Heads, Span};
 pub use bandwidth::ReadPass;
 pub use format::{dequantize_row, ActivationKind, WeightFormat};
+pub(crate) use isa::{avx2_kernel, avx512_kernel};
 pub use isa::{Isa, KERNELS_ENV};
 pub use kv::KvBuffers;
 pub use matmul::{run as matmul, LayerInput, Output, Task, MAX_TASKS};
@@ -54,14 +55,14 @@ pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn run_avx512<R>(f: impl FnOnce() -> R) -> R {
-    f()
+avx512_kernel! {
+    unsafe fn run_avx512<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+avx2_kernel! {
+    unsafe fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }

@@ -1,9 +1,13 @@
-//! A fixed-order f32 dot product and axpy, with a runtime-selected AVX2+FMA build.
+//! A fixed-order f32 dot product and axpy, fused and built for AVX2 where the CPU engine's
+//! kernel set is (every x86 set but the portable one), plain elsewhere on x86.
 //!
 //! The lane structure is explicit (16 independent accumulators reduced in a fixed order), so
 //! the compiler vectorizes without reassociating, and the result depends only on the inputs.
 
+use crate::cpu::avx2_kernel;
 use crate::cpu::ops::{reduce, LANES};
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::Isa;
 
 #[inline(always)]
 fn dot_generic<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
@@ -77,29 +81,34 @@ fn axpy_generic<const FMA: bool>(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    dot_generic::<true>(a, b)
+avx2_kernel! {
+    unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+        dot_generic::<true>(a, b)
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4_avx2(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-    dot4_generic::<true>(x, w)
+avx2_kernel! {
+    unsafe fn dot4_avx2(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+        dot4_generic::<true>(x, w)
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
-    axpy_generic::<true>(alpha, x, y)
+avx2_kernel! {
+    unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
+        axpy_generic::<true>(alpha, x, y)
+    }
 }
 
+/// Whether the CPU engine's kernel set ([`Isa::active`], the one run-time choice of CPU
+/// features) is an x86 set beyond the portable one, all of which include AVX2's features.
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
     static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    *FLAG.get_or_init(|| {
+        let isa = Isa::active();
+        isa != Isa::Portable && isa.supported()
+    })
 }
 
 /// `sum_i a[i] * b[i]` over the common length, in a fixed order.
@@ -107,7 +116,7 @@ fn has_avx2_fma() -> bool {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        // SAFETY: the active kernel set is supported and includes AVX2, FMA and F16C.
         return unsafe { dot_avx2(a, b) };
     }
     #[cfg(target_arch = "aarch64")]
@@ -122,7 +131,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        // SAFETY: the active kernel set is supported and includes AVX2, FMA and F16C.
         return unsafe { dot4_avx2(x, w) };
     }
     #[cfg(target_arch = "aarch64")]
@@ -136,7 +145,7 @@ pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        // SAFETY: the active kernel set is supported and includes AVX2, FMA and F16C.
         return unsafe { axpy_avx2(alpha, x, y) };
     }
     #[cfg(target_arch = "aarch64")]
