@@ -176,14 +176,7 @@ impl Checkpoint {
     /// float matrices too when the model computes in f32 on the CPU. `None` means a candle
     /// tensor, which [`Self::tensor`] loads.
     pub(crate) fn packable(&self, name: &str, shape: &[usize]) -> Result<Option<StoredMatrix<'_>>> {
-        let found = self.shape_of(name)?;
-        if found != shape {
-            return Err(ModelError::ShapeMismatch {
-                name: self.display_name(name),
-                expected: shape.to_vec(),
-                found,
-            });
-        }
+        self.expect_shape(name, shape)?;
         let floats = self.device.is_cpu() && self.dtype == DType::F32;
         match &self.files {
             Store::Other(store) => store.stored(name, floats),
@@ -200,7 +193,7 @@ impl Checkpoint {
                 };
                 Ok(Some(StoredMatrix {
                     format,
-                    dims: found,
+                    dims: shape.to_vec(),
                     bytes: Cow::Borrowed(view.data()),
                 }))
             }
@@ -233,8 +226,8 @@ impl Checkpoint {
         self.tensor_as(name, shape, self.dtype)
     }
 
-    /// Loads `name` with an explicit dtype (integer buffers keep theirs).
-    pub fn tensor_as(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    /// Fails, naming `name`, unless the stored tensor has `shape`.
+    fn expect_shape(&self, name: &str, shape: &[usize]) -> Result<()> {
         let found = self.shape_of(name)?;
         if found != shape {
             return Err(ModelError::ShapeMismatch {
@@ -243,6 +236,12 @@ impl Checkpoint {
                 found,
             });
         }
+        Ok(())
+    }
+
+    /// Loads `name` with an explicit dtype (integer buffers keep theirs).
+    pub fn tensor_as(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.expect_shape(name, shape)?;
         let t = self.load_stored(name)?;
         Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
     }

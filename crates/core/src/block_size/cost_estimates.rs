@@ -164,13 +164,7 @@ impl CostEstimates {
 mod tests {
     use super::*;
 
-    fn ms(value: u64) -> Duration {
-        Duration::from_millis(value)
-    }
-
-    fn close(a: Option<f64>, b: f64) -> bool {
-        a.is_some_and(|a| (a - b).abs() < 1e-9)
-    }
+    use crate::block_size::test_time::{close, ms};
 
     #[test]
     fn empty_estimates_know_nothing() {

@@ -77,13 +77,7 @@ pub(super) fn along(points: &[(usize, f64)], at: usize) -> Option<f64> {
 mod tests {
     use super::*;
 
-    fn ms(value: u64) -> Duration {
-        Duration::from_millis(value)
-    }
-
-    fn close(a: Option<f64>, b: f64) -> bool {
-        a.is_some_and(|a| (a - b).abs() < 1e-9)
-    }
+    use crate::block_size::test_time::{close, ms};
 
     #[test]
     fn knows_nothing_before_a_forward() {

@@ -15,6 +15,8 @@ mod governor;
 mod load_cap;
 mod planner;
 mod rule;
+#[cfg(test)]
+mod test_time;
 mod tree_choice;
 
 pub use controller::{BlockSizeConfig, BlockSizeController};

@@ -127,9 +127,7 @@ impl TreeChoice {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::block_size::test_time::ms;
 
     /// Runs `rounds` rounds where a tree round costs `tree` ms and a chain `chain` ms per
     /// token; returns the tree rounds.
