@@ -198,7 +198,7 @@ fn top_two(logits: &[f32]) -> TopTwo {
 
 /// A row's greedy token `best` (found by whatever order the caller's argmax keeps) and the
 /// largest other logit; NaN never wins.
-pub(crate) fn top_two_with(best: u32, logits: &[f32]) -> TopTwo {
+pub fn top_two_with(best: u32, logits: &[f32]) -> TopTwo {
     let runner_up = logits
         .iter()
         .enumerate()

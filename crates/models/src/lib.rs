@@ -24,7 +24,7 @@ pub mod shared_kv;
 pub mod source;
 pub mod tree;
 
-pub use causal_lm::{CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
+pub use causal_lm::{top_two_with, CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};
 pub use error::{ModelError, Result};
 pub use family::{AnyCache, AnyLm, Family, LoadSpec, LoadedLm};
 pub use shared_kv::{LayerKv, SharedKv};

@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use specd_core::{sample, DraftTree, SamplingParams};
 use specd_models::gemma4_assistant::{first_argmax, Gemma4Assistant, SharedKvMirror};
-use specd_models::TopTwo;
+use specd_models::{top_two_with, TopTwo};
 use specd_wire::drafter::DrafterKind;
 
 use crate::engine::{
@@ -90,18 +90,7 @@ impl MtpEngine {
             return self.model.top_two(normed);
         }
         let logits = self.model.logits(normed)?;
-        let draw = keyed_draw(&logits, sampling, index);
-        let logit_of = |token: u32| logits.get(token as usize).copied();
-        let other = (0..logits.len() as u32)
-            .filter(|&token| token != draw)
-            .filter_map(|token| logit_of(token).map(|logit| (token, logit)))
-            .filter(|(_, logit)| logit.is_finite())
-            // The likeliest; the lowest id among equals.
-            .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(TopTwo {
-            best: (draw, logit_of(draw).unwrap_or(f32::NEG_INFINITY)),
-            runner_up: other,
-        })
+        Ok(top_two_with(keyed_draw(&logits, sampling, index), &logits))
     }
 }
 

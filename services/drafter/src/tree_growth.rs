@@ -35,12 +35,6 @@ pub struct Branching {
 }
 
 impl Branching {
-    /// A chain.
-    pub const NONE: Self = Self {
-        nodes: 0,
-        least_chance: DEFAULT_LEAST_CHANCE,
-    };
-
     /// Up to `nodes` branches, each as likely as `least_chance` (a probability; `None` or
     /// anything not in `0..=1` keeps the default).
     pub fn new(nodes: usize, least_chance: Option<f64>) -> Self {

@@ -112,6 +112,17 @@ fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
+/// Splits `bytes` into codes in value order: the low nibble of byte `j` is value `j`, its
+/// high nibble value `j + bytes.len()` (ggml's layout for Q4_0, Q5_0 and each 32-byte run of
+/// Q4_K).
+fn split_nibbles(bytes: &[u8], q: &mut [u8]) {
+    let n = bytes.len();
+    for (j, &byte) in bytes.iter().enumerate() {
+        q[j] = byte & 0x0f;
+        q[j + n] = byte >> 4;
+    }
+}
+
 /// Dequantizes `row` block by block: each block decoded, then `value(block, d, i)` for its
 /// value `i`, `d` being the block's scale as f32.
 #[inline(always)]

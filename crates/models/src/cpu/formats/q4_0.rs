@@ -4,7 +4,8 @@
 use candle_core::quantized::GgmlDType;
 
 use super::{
-    dequantize_blocks, le16, pack_decoded, put_nibbles, ActivationKind, DecodedBlock, FormatTable,
+    dequantize_blocks, le16, pack_decoded, put_nibbles, split_nibbles, ActivationKind,
+    DecodedBlock, FormatTable,
 };
 
 pub(super) static TABLE: FormatTable = FormatTable::new(
@@ -18,10 +19,7 @@ pub(super) static TABLE: FormatTable = FormatTable::new(
 fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
     out.d = le16(block, 0);
-    for j in 0..16 {
-        out.q[j] = block[2 + j] & 0x0f;
-        out.q[j + 16] = block[2 + j] >> 4;
-    }
+    split_nibbles(&block[2..18], &mut out.q);
     out
 }
 

@@ -6,8 +6,8 @@ use candle_core::quantized::GgmlDType;
 use half::f16;
 
 use super::{
-    dequantize_blocks, le16, pack_decoded, put_d, put_nibbles, ActivationKind, DecodedBlock,
-    FormatTable,
+    dequantize_blocks, le16, pack_decoded, put_d, put_nibbles, split_nibbles, ActivationKind,
+    DecodedBlock, FormatTable,
 };
 
 // The 6-bit scales and mins are kept as whole bytes: 148 bytes per column block
@@ -38,12 +38,11 @@ fn decode(block: &[u8]) -> DecodedBlock {
         out.scales[j] = sc;
         out.mins[j] = m;
     }
-    let qs = &block[16..144];
-    for chunk in 0..4 {
-        for l in 0..32 {
-            out.q[64 * chunk + l] = qs[32 * chunk + l] & 0x0f;
-            out.q[64 * chunk + 32 + l] = qs[32 * chunk + l] >> 4;
-        }
+    for (bytes, q) in block[16..144]
+        .chunks_exact(32)
+        .zip(out.q.chunks_exact_mut(64))
+    {
+        split_nibbles(bytes, q);
     }
     out
 }

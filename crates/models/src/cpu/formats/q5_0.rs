@@ -4,8 +4,8 @@
 use candle_core::quantized::GgmlDType;
 
 use super::{
-    chunk_at, dequantize_blocks, le16, pack_decoded, put_nibbles, ActivationKind, DecodedBlock,
-    FormatTable,
+    chunk_at, dequantize_blocks, le16, pack_decoded, put_nibbles, split_nibbles, ActivationKind,
+    DecodedBlock, FormatTable,
 };
 
 pub(super) static TABLE: FormatTable = FormatTable::new(
@@ -20,10 +20,9 @@ fn decode(block: &[u8]) -> DecodedBlock {
     let mut out = DecodedBlock::EMPTY;
     out.d = le16(block, 0);
     let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    for j in 0..16 {
-        let hi = |k: usize| (((qh >> k) & 1) << 4) as u8;
-        out.q[j] = (block[6 + j] & 0x0f) | hi(j);
-        out.q[j + 16] = (block[6 + j] >> 4) | hi(j + 16);
+    split_nibbles(&block[6..22], &mut out.q);
+    for (k, q) in out.q[..32].iter_mut().enumerate() {
+        *q |= (((qh >> k) & 1) << 4) as u8;
     }
     out
 }
