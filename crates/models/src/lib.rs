@@ -6,6 +6,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod blocks;
 pub mod causal_lm;
 pub mod checkpoint;
 mod config_json;

@@ -2,17 +2,18 @@
 //! norms (and, in a mixture-of-experts model, the experts beside it), the per-layer-embedding
 //! residual, and the layer scalar.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::Tensor;
 
 use super::cache::SequenceCache;
 use super::config::{Gemma4TextConfig, LayerGeometry, LayerKind};
 use super::layer_frame::{norm, LayerFrame};
 use super::moe::MoeBlock;
 use super::norm::RmsNorm;
-use super::rope;
+use crate::blocks::attention::attend;
+use crate::blocks::rope::rotate;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::exact::{exact_attention, AttentionSpan, TreeQueries};
+use crate::exact::{AttentionSpan, TreeQueries};
 use crate::projection::Projection;
 
 /// Where one sequence's tokens sit in a packed forward.
@@ -175,12 +176,7 @@ impl DecoderLayer {
         )?;
         let h = (h + self.frame.post_attention_norm.forward(&attn_out)?)?;
 
-        let x = self.frame.pre_feedforward_norm.forward(&h)?;
-        let [gate, up]: [Tensor; 2] =
-            Projection::forward_all(&[&self.frame.gate_proj, &self.frame.up_proj], &x, exact)?
-                .try_into()
-                .map_err(|_| candle_core::Error::Msg("gate and up: two outputs expected".into()))?;
-        let mlp = self.frame.down_proj.forward(&(gate.gelu()? * up)?, exact)?;
+        let mlp = self.frame.mlp(&h, exact)?;
         let feed_forward = match &self.moe {
             Some(moe) => moe.forward(&h, &mlp, exact)?,
             None => mlp,
@@ -245,9 +241,9 @@ impl DecoderLayer {
             let (cos, sin) = ropes[r].get(key).ok_or_else(|| {
                 candle_core::Error::Msg(format!("no rope table for layer {}", self.index))
             })?;
-            let q = rope::apply(&q_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
+            let q = rotate(&q_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
             if let Some((k_all, v_all)) = &kv_all {
-                let k = rope::apply(&k_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
+                let k = rotate(&k_all.narrow(0, row.offset, row.tokens)?, cos, sin)?;
                 let v = v_all.narrow(0, row.offset, row.tokens)?;
                 caches[r].append(
                     self.index,
@@ -268,34 +264,10 @@ impl DecoderLayer {
                 scale: 1.0,
                 tree: row.tree.as_ref(),
             };
-            let out = if exact {
-                exact_attention(&q, &kv.keys, &kv.values, span)?
-            } else {
-                masked_attention(&q, &kv.keys, &kv.values, span)?
-            };
+            let out = attend(&q, &kv.keys, &kv.values, span, exact)?;
             outputs.push(out.reshape((row.tokens, hq * d))?);
         }
         let out = Tensor::cat(&outputs, 0)?;
         self.attn.o_proj.forward(&out, exact)
     }
-}
-
-/// Attention through candle's matmuls with an additive mask (long prefill chunks, GPUs).
-fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, span: AttentionSpan<'_>) -> Result<Tensor> {
-    let (t, hq, d) = q.dims3()?;
-    let (hkv, s, _) = k.dims3()?;
-    let group = hq / hkv;
-    let expand = |x: &Tensor| -> Result<Tensor> {
-        Ok(x.unsqueeze(1)?
-            .expand((hkv, group, s, d))?
-            .reshape((hq, s, d))?)
-    };
-    let (k, v) = (expand(k)?, expand(v)?);
-    let q = q.transpose(0, 1)?.contiguous()?;
-    let scores = (q.matmul(&k.t()?)? * span.scale as f64)?;
-    let mask =
-        Tensor::from_vec(span.mask(t, s), (1, t, s), q.device())?.to_dtype(scores.dtype())?;
-    let scores = scores.broadcast_add(&mask)?.to_dtype(DType::F32)?;
-    let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(v.dtype())?;
-    Ok(probs.matmul(&v)?.transpose(0, 1)?)
 }

@@ -53,6 +53,19 @@ impl LayerFrame {
     }
 }
 
+impl LayerFrame {
+    /// The GeGLU MLP of `h` (before its pre-feed-forward norm): `down(gelu(gate(x)) *
+    /// up(x))`, gate and up in one pass over the normed input.
+    pub(crate) fn mlp(&self, h: &Tensor, exact: bool) -> Result<Tensor> {
+        let x = self.pre_feedforward_norm.forward(h)?;
+        let [gate, up]: [Tensor; 2] =
+            Projection::forward_all(&[&self.gate_proj, &self.up_proj], &x, exact)?
+                .try_into()
+                .map_err(|_| candle_core::Error::Msg("gate and up: two outputs expected".into()))?;
+        self.down_proj.forward(&(gate.gelu()? * up)?, exact)
+    }
+}
+
 /// The RMSNorm whose weight is `{name}.weight`, `dim` wide.
 pub(crate) fn norm(ckpt: &Checkpoint, name: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
     Ok(RmsNorm::new(

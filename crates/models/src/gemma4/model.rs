@@ -8,7 +8,8 @@ use super::cache::SequenceCache;
 use super::config::{CheckpointLayout, Gemma4TextConfig, LayerKind};
 use super::layer::{DecoderLayer, RowRope, RowSlot};
 use super::norm::RmsNorm;
-use super::rope::Rope;
+use super::rope::tables_by_layer;
+use crate::blocks::rope::RotaryTable;
 use crate::causal_lm::{greedy_token, CausalLm, OutputRows, PrefixReuse, SeqBlock};
 use crate::checkpoint::Checkpoint;
 use crate::cpu::ThreadPool;
@@ -39,7 +40,7 @@ pub struct Gemma4Model {
     embed_scale: f64,
     per_layer: Option<PerLayerEmbedding>,
     layers: Vec<DecoderLayer>,
-    ropes: Vec<((LayerKind, usize), Rope)>,
+    ropes: Vec<((LayerKind, usize), RotaryTable)>,
     final_norm: RmsNorm,
     lm_head: Projection,
     device: Device,
@@ -105,13 +106,7 @@ impl Gemma4Model {
         let layers = (0..cfg.num_layers)
             .map(|i| DecoderLayer::load(ckpt, &cfg, i, &p))
             .collect::<Result<Vec<_>>>()?;
-        let mut ropes: Vec<((LayerKind, usize), Rope)> = Vec::new();
-        for l in &cfg.layers {
-            let key = (l.kind, l.head_dim);
-            if !ropes.iter().any(|(k, _)| *k == key) {
-                ropes.push((key, Rope::new(cfg.rope_for(l.kind), l.head_dim)));
-            }
-        }
+        let ropes = tables_by_layer(&cfg);
         let final_norm = RmsNorm::new(
             ckpt.tensor(&format!("{p}norm.weight"), &[h])?,
             cfg.rms_norm_eps,
@@ -421,7 +416,7 @@ impl Gemma4Model {
                     .ropes
                     .iter()
                     .map(|(key, rope)| {
-                        Ok((*key, rope.cos_sin(&positions, self.dtype, &self.device)?))
+                        Ok((*key, rope.tensors(&positions, self.dtype, &self.device)?))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(RowRope { tables })

@@ -1,14 +1,15 @@
 //! One assistant decoder layer: a Gemma 4 layer whose attention has only a query projection
 //! and reads the target's K/V of its layer kind.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::Tensor;
 
+use crate::blocks::attention::attend;
+use crate::blocks::rope::rotate;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::exact::{exact_attention, AttentionSpan};
+use crate::exact::AttentionSpan;
 use crate::gemma4::layer_frame::{norm, LayerFrame};
 use crate::gemma4::norm::RmsNorm;
-use crate::gemma4::rope;
 use crate::gemma4::{Gemma4TextConfig, LayerGeometry, LayerKind};
 use crate::projection::Projection;
 
@@ -66,10 +67,7 @@ impl AssistantLayer {
         let attn = self.attention(&self.frame.input_norm.forward(x)?, rope_table, kv, exact)?;
         let x = (x + self.frame.post_attention_norm.forward(&attn)?)?;
 
-        let h = self.frame.pre_feedforward_norm.forward(&x)?;
-        let gate = self.frame.gate_proj.forward(&h, exact)?.gelu()?;
-        let up = self.frame.up_proj.forward(&h, exact)?;
-        let mlp = self.frame.down_proj.forward(&(gate * up)?, exact)?;
+        let mlp = self.frame.mlp(&x, exact)?;
         let x = (x + self.frame.post_feedforward_norm.forward(&mlp)?)?;
         Ok(x.broadcast_mul(&self.frame.layer_scalar)?)
     }
@@ -83,35 +81,18 @@ impl AssistantLayer {
     ) -> Result<Tensor> {
         let (hq, d) = (self.num_heads, self.geometry.head_dim);
         let q = self.q_proj.forward(x, exact)?.reshape((1, hq, d))?;
-        let q = rope::apply(&self.q_norm.forward(&q)?, cos, sin)?;
+        let q = rotate(&self.q_norm.forward(&q)?, cos, sin)?;
         let rows = kv.keys.dims()[1];
-        let out = if exact {
-            // The query sits at the last visible position, so a causal span over exactly the
-            // visible rows admits them all.
-            let span = AttentionSpan {
-                query_start: kv.start + rows - 1,
-                key_start: kv.start,
-                window: None,
-                scale: 1.0,
-                tree: None,
-            };
-            exact_attention(&q, &kv.keys, &kv.values, span)?
-        } else {
-            attend_all(&q, &kv.keys, &kv.values)?
+        // The query sits at the last visible position, so a causal span over exactly the
+        // visible rows admits them all.
+        let span = AttentionSpan {
+            query_start: kv.start + rows - 1,
+            key_start: kv.start,
+            window: None,
+            scale: 1.0,
+            tree: None,
         };
+        let out = attend(&q, &kv.keys, &kv.values, span, exact)?;
         self.o_proj.forward(&out.reshape((1, hq * d))?, exact)
     }
-}
-
-/// One query `[1, hq, d]` over every row of `k`, `v` `[hkv, s, d]` with candle's matmuls
-/// (GPUs, half precision); softmax in f32, scale 1.
-fn attend_all(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-    let (_, hq, d) = q.dims3()?;
-    let hkv = k.dims()[0];
-    let group = hq / hkv;
-    // [hkv, group, d] against [hkv, d, s]: each KV head serves its group of query heads.
-    let q = q.squeeze(0)?.reshape((hkv, group, d))?;
-    let scores = q.matmul(&k.t()?)?.to_dtype(DType::F32)?;
-    let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(v.dtype())?;
-    Ok(probs.matmul(v)?.reshape((1, hq, d))?)
 }

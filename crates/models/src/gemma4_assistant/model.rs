@@ -9,11 +9,12 @@ use super::embedding::TargetEmbedding;
 use super::head::{CentroidSelection, Head};
 use super::layer::{AssistantLayer, VisibleKv};
 use super::mirror::SharedKvMirror;
+use crate::blocks::rope::RotaryTable;
 use crate::causal_lm::TopTwo;
 use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::gemma4::norm::RmsNorm;
-use crate::gemma4::rope::Rope;
+use crate::gemma4::rope::tables_by_layer;
 use crate::gemma4::{Gemma4TextConfig, LayerKind, SharedKv};
 use crate::linear::exact_eligible;
 use crate::projection::Projection;
@@ -89,7 +90,7 @@ pub struct Gemma4Assistant {
     pre_projection: Projection,
     post_projection: Projection,
     layers: Vec<AssistantLayer>,
-    ropes: Vec<((LayerKind, usize), Rope)>,
+    ropes: Vec<((LayerKind, usize), RotaryTable)>,
     final_norm: RmsNorm,
     head: Head,
     device: Device,
@@ -139,13 +140,7 @@ impl Gemma4Assistant {
         let layers = (0..text.num_layers)
             .map(|i| AssistantLayer::load(ckpt, text, i))
             .collect::<Result<Vec<_>>>()?;
-        let mut ropes: Vec<((LayerKind, usize), Rope)> = Vec::new();
-        for l in &text.layers {
-            let key = (l.kind, l.head_dim);
-            if !ropes.iter().any(|(k, _)| *k == key) {
-                ropes.push((key, Rope::new(text.rope_for(l.kind), l.head_dim)));
-            }
-        }
+        let ropes = tables_by_layer(text);
         Ok(Self {
             pre_projection: Projection::load(ckpt, "pre_projection", hd, 2 * ht, false)?,
             post_projection: Projection::load(ckpt, "post_projection", ht, hd, false)?,
@@ -198,7 +193,7 @@ impl Gemma4Assistant {
         let ropes = self
             .ropes
             .iter()
-            .map(|(key, rope)| Ok((*key, rope.cos_sin(&[position], self.dtype, &self.device)?)))
+            .map(|(key, rope)| Ok((*key, rope.tensors(&[position], self.dtype, &self.device)?)))
             .collect::<Result<Vec<_>>>()?;
 
         let full = mirror.full()?;

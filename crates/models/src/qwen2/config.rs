@@ -116,6 +116,12 @@ impl Qwen2Config {
         Ok(config)
     }
 
+    /// [`Self::inv_freq`] as the table both the engine and the candle path rotate by
+    /// (angles in f64, rounded to f32).
+    pub(crate) fn rotary_table(&self) -> crate::blocks::rope::RotaryTable {
+        crate::blocks::rope::RotaryTable::F64(self.inv_freq())
+    }
+
     /// The rotary angle per position of each of a head's `head_dim / 2` pairs.
     pub fn inv_freq(&self) -> Vec<f64> {
         (0..self.head_dim / 2)

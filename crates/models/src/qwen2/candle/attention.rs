@@ -5,6 +5,7 @@ use candle_core::Tensor;
 use super::super::error::Result;
 use super::attend::{attend, Rows};
 use super::linear::QLinear;
+use crate::blocks::rope::rotate;
 
 pub(crate) struct Attention {
     pub(crate) q: QLinear,
@@ -29,8 +30,11 @@ impl Attention {
         let tokens = x.dim(0)?;
         let (cos, sin) = cos_sin;
         let rotate = |t: Tensor, heads: usize| -> Result<Tensor> {
-            let t = t.reshape((1, tokens, heads, self.head_dim))?;
-            Ok(candle_nn::rotary_emb::rope_thd(&t, cos, sin)?.squeeze(0)?)
+            Ok(rotate(
+                &t.reshape((tokens, heads, self.head_dim))?,
+                cos,
+                sin,
+            )?)
         };
         let q = rotate(self.q.forward(x)?, self.heads)?;
         let k = rotate(self.k.forward(x)?, self.kv_heads)?;

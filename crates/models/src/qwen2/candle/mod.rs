@@ -7,20 +7,19 @@ mod attention;
 mod cache;
 mod layer;
 mod linear;
-mod rope;
 
 use candle_core::quantized::QTensor;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::config::Qwen2Config;
 use super::error::Result;
+use crate::blocks::rope::RotaryTable;
 use crate::cpu::Span;
 use crate::exact::TreeQueries;
 use crate::gguf::GgufFile;
 pub(crate) use cache::DeviceKv;
 use layer::{DecoderLayer, LoadContext};
 use linear::QLinear;
-use rope::RotaryEmbedding;
 
 enum Embedding {
     /// Rows are dequantized on lookup.
@@ -34,7 +33,7 @@ pub(crate) struct CandleQwen2 {
     layers: Vec<DecoderLayer>,
     output_norm: Tensor,
     lm_head: QLinear,
-    rope: RotaryEmbedding,
+    rope: RotaryTable,
     eps: f64,
     device: Device,
 }
@@ -84,7 +83,7 @@ impl CandleQwen2 {
             layers,
             output_norm,
             lm_head,
-            rope: RotaryEmbedding::new(config.inv_freq()),
+            rope: config.rotary_table(),
             eps: config.rms_norm_eps,
             device: device.clone(),
         })
@@ -107,7 +106,7 @@ impl CandleQwen2 {
             Embedding::Quantized(q) => q.embedding(&ids)?,
             Embedding::Dense(t) => t.index_select(&ids, 0)?,
         };
-        let cos_sin = self.rope.cos_sin(&positions, &self.device)?;
+        let cos_sin = self.rope.tensors(&positions, DType::F32, &self.device)?;
         let caches: Vec<&DeviceKv> = rows.iter().map(|r| r.kv).collect();
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.forward(&x, &cos_sin, &spans, &trees, &caches, i)?;

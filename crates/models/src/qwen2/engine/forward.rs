@@ -75,22 +75,13 @@ impl Engine {
             dequantize_row(table.format, &table.data[at..at + table.row_bytes], x);
         });
 
-        let half = c.head_dim / 2;
-        ws.cos.resize(n * half, 0.0);
-        ws.sin.resize(n * half, 0.0);
         // A tree's node sits at the position its depth gives (its slot in the cache is
         // still `past + i`).
         let positions = spans
             .iter()
             .zip(rows.iter())
             .flat_map(|(span, row)| crate::tree::positions(row.parents, span.len, span.past));
-        for (i, pos) in positions.enumerate() {
-            for (j, f) in self.inv_freq.iter().enumerate() {
-                let angle = pos as f64 * f;
-                ws.cos[i * half + j] = angle.cos() as f32;
-                ws.sin[i * half + j] = angle.sin() as f32;
-            }
-        }
+        self.rope.fill(positions, &mut ws.cos, &mut ws.sin);
 
         for (index, layer) in self.weights.layers.iter().enumerate() {
             self.layer(index, layer, &spans, rows, ws, n);

@@ -14,6 +14,7 @@ use crate::cpu::{Isa, KvBuffers, Output, Task, ThreadPool};
 
 use super::config::Qwen2Config;
 use super::error::Result;
+use crate::blocks::rope::RotaryTable;
 use crate::gguf::GgufFile;
 use forward::Workspace;
 use weights::Weights;
@@ -21,7 +22,7 @@ use weights::Weights;
 pub(crate) struct Engine {
     config: Qwen2Config,
     weights: Weights,
-    inv_freq: Vec<f64>,
+    rope: RotaryTable,
     pool: &'static ThreadPool,
     isa: Isa,
     workspace: Mutex<Workspace>,
@@ -47,11 +48,10 @@ impl Engine {
     pub(crate) fn load(gguf: &GgufFile, config: Qwen2Config) -> Result<Self> {
         let pool = ThreadPool::global();
         let weights = Weights::load(gguf, &config, pool)?;
-        let inv_freq = config.inv_freq();
         Ok(Self {
+            rope: config.rotary_table(),
             config,
             weights,
-            inv_freq,
             pool,
             isa: Isa::active(),
             workspace: Mutex::new(Workspace::default()),
