@@ -16,30 +16,19 @@
 #   CARGO_TARGET_DIR.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 out=${1:-$repo/target/bench_load/$(date -u +%Y%m%dT%H%M%SZ)}
-
-target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-
-"$repo/tools/fetch_qwen_pair.sh" "$models"
-llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd -p specd-bench)
-specd=${SPECD_BIN:-${CARGO_TARGET_DIR:-$repo/target}/release/specd}
-specd_bench=${CARGO_TARGET_DIR:-$repo/target}/release/specd-bench
+llama_bin=$(llamacpp_bin)
+build_release -p specd -p specd-bench
+specd=${SPECD_BIN:-$specd}
 
 mkdir -p "$out"
 "$specd_bench" --print-prompts >"$out/prompts.tsv"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
+note_machine "$out"
 python3 "$repo/tools/bench_load.py" --specd "$specd" --llama-server "$llama_bin/llama-server" \
     --target "$target" --drafter "$drafter" --prompts "$out/prompts.tsv" --out "$out" \
     --levels "${LEVELS:-1,4,8,16}" --requests "${REQUESTS:-2}" \
     --max-tokens "${MAX_TOKENS:-64}" --block-size "${BLOCK_SIZE:-0}" \
     ${THREADS:+--threads "$THREADS"} ${SKIP:+--skip "$SKIP"} ${PIN:+--pin}
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_load: results in $out" >&2

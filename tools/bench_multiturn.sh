@@ -15,27 +15,16 @@
 # and specd (release) when needed.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 threads=${THREADS:-$(nproc)}
 out=${1:-$repo/target/bench_multiturn/$(date -u +%Y%m%dT%H%M%SZ)}
-
-target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-
-"$repo/tools/fetch_qwen_pair.sh" "$models"
-llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd)
-specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+llama_bin=$(llamacpp_bin)
+build_release -p specd
 
 mkdir -p "$out"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
+note_machine "$out"
 python3 "$repo/tools/bench_multiturn.py" --specd "$specd" --llama-server "$llama_bin/llama-server" \
     --target "$target" --drafter "$drafter" --threads "$threads" --out "$out" \
     ${SKIP:+--skip "$SKIP"}
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_multiturn: results in $out" >&2

@@ -24,8 +24,7 @@
 #   CARGO_TARGET_DIR. Needs taskset and python3 (standard library only).
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 max_tokens=${MAX_TOKENS:-96}
 block_sizes=${BLOCK_SIZES:-3,4,0}
 branches=${BRANCHES:-1}
@@ -39,46 +38,13 @@ case $placement in
     *) echo "bench_overlap: PLACEMENT must be pinned or shared" >&2; exit 2 ;;
 esac
 out=${1:-$repo/target/bench_overlap/$(date -u +%Y%m%dT%H%M%SZ)}
-
-target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-"$repo/tools/fetch_qwen_pair.sh" "$models"
-llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd -p specd-bench)
-specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
-specd_bench=${CARGO_TARGET_DIR:-$repo/target}/release/specd-bench
+llama_bin=$(llamacpp_bin)
+build_release -p specd -p specd-bench
 mkdir -p "$out"
 
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-# Starts `specd serve ARGS...` (after an optional `taskset -c CORE`) and waits for its gRPC
-# `listening on` line, whose address it leaves in $addr; its log goes to $out/NAME.log.
-start() {
-    local name=$1 core=$2
-    shift 2
-    local log=$out/$name.log
-    if [ -n "$core" ]; then
-        taskset -c "$core" "$specd" serve "$@" --listen 127.0.0.1:0 >"$log" 2>&1 &
-    else
-        "$specd" serve "$@" --listen 127.0.0.1:0 >"$log" 2>&1 &
-    fi
-    pids+=($!)
-    for _ in $(seq 1 600); do
-        addr=$(sed -n 's/^listening on //p' "$log" | head -1)
-        if [ -n "$addr" ]; then return; fi
-        sleep 0.5
-    done
-    echo "bench_overlap: $name did not start; see $log" >&2
-    exit 1
-}
-
-http_of() { sed -n 's/^http listening on //p' "$out/$1.log" | head -1; }
-
-start verifier "$verifier_core" verifier "${threads[@]}" --target "$target"
+start_service verifier "$verifier_core" verifier "${threads[@]}" --target "$target"
 verifier=$addr
-start drafter "$drafter_core" drafter "${threads[@]}" --drafter "$drafter" --target "$target"
+start_service drafter "$drafter_core" drafter "${threads[@]}" --drafter "$drafter" --target "$target"
 drafter_addr=$addr
 for mode in on:0 branched:$branches off:0 auto:$branches hybrid:$branches; do
     name=${mode%%:*}
@@ -88,22 +54,18 @@ for mode in on:0 branched:$branches off:0 auto:$branches hybrid:$branches; do
         off | auto) overlap=$name ;;
         hybrid) overlap=auto drafting=(--draft hybrid) ;;
     esac
-    start "router-$name" "" router --verifier "http://$verifier" \
+    start_service "router-$name" "" router --verifier "http://$verifier" \
         --drafters "http://$drafter_addr" --target "$target" --overlap "$overlap" \
         --predraft-branches "${mode#*:}" --http-listen 127.0.0.1:0 "${drafting[@]}"
 done
 
 "$specd_bench" --print-prompts ${KINDS:+--kinds "$KINDS"} >"$out/prompts.tsv"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    if [ "$placement" = pinned ]; then
-        echo "verifier: core $verifier_core, 1 thread; drafter: core $drafter_core, 1 thread"
-    else
-        echo "verifier and drafter: every core, default threads"
-    fi
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
+if [ "$placement" = pinned ]; then
+    placed="verifier: core $verifier_core, 1 thread; drafter: core $drafter_core, 1 thread"
+else
+    placed="verifier and drafter: every core, default threads"
+fi
+note_machine "$out" "$placed"
 if [ "$placement" = pinned ]; then
     taskset -c "$verifier_core" "$llama_bin/llama-bench" -m "$target" -t 1 -r 3 -p 0 \
         -n "$max_tokens" -o json >"$out/llama-bench.json" 2>"$out/llama-bench.log"
@@ -127,5 +89,5 @@ for block in ${block_sizes//,/ }; do
         --json "$out/block$block.json" | tee -a "$out/report.md"
     echo | tee -a "$out/report.md"
 done
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_overlap: results in $out" >&2

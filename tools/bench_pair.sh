@@ -27,33 +27,20 @@
 # and specd and specd-bench (release) when needed. Needs python3 for the driver (tools/bench_pair.py).
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 max_tokens=${MAX_TOKENS:-40}
 ks=${KS:-1,2,3,4,5,6}
 threads=${THREADS:-$(nproc)}
 out=${1:-$repo/target/bench_pair/$(date -u +%Y%m%dT%H%M%SZ)}
-
-target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-
-"$repo/tools/fetch_qwen_pair.sh" "$models"
-# The probe makes the build prove it runs batches of the target (see build_llamacpp.sh).
-llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-(cd "$repo" && cargo build --release -p specd -p specd-bench)
-specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
-specd_bench=${CARGO_TARGET_DIR:-$repo/target}/release/specd-bench
+llama_bin=$(llamacpp_bin)
+build_release -p specd -p specd-bench
 
 mkdir -p "$out"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
+note_machine "$out"
 python3 "$repo/tools/bench_pair.py" --specd "$specd" --specd-bench "$specd_bench" --llama-bin "$llama_bin" \
     --target "$target" --drafter "$drafter" \
     --max-tokens "$max_tokens" --ks "$ks" --threads "$threads" --out "$out" \
     ${PROMPTS:+--prompts "$PROMPTS"} ${KINDS:+--kinds "$KINDS"} \
     ${LOOKUP_KINDS:+--lookup-kinds "$LOOKUP_KINDS"}
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_pair: results in $out" >&2

@@ -9,31 +9,19 @@
 #   SKIP=llama (no llama-server), SPECD_MODEL_DIR, CARGO_TARGET_DIR.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 threads=${THREADS:-$(nproc)}
 out=${1:-$repo/target/bench_structured/$(date -u +%Y%m%dT%H%M%SZ)}
-target=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-drafter=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-
-"$repo/tools/fetch_qwen_pair.sh" "$models"
 llama=()
 if [[ ",${SKIP:-}," != *,llama,* ]]; then
-    llama_bin=$(LLAMACPP_PROBE_MODEL=${LLAMACPP_PROBE_MODEL:-$target} "$repo/tools/build_llamacpp.sh")
-    llama=(--llama-server "$llama_bin/llama-server")
+    llama=(--llama-server "$(llamacpp_bin)/llama-server")
 fi
-(cd "$repo" && cargo build --release -p specd)
-specd=${CARGO_TARGET_DIR:-$repo/target}/release/specd
+build_release -p specd
 
 mkdir -p "$out"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
+note_machine "$out" "commit: $(git -C "$repo" rev-parse --short HEAD)"
 python3 "$repo/tools/bench_structured.py" --specd "$specd" "${llama[@]}" \
     --target "$target" --drafter "$drafter" --threads "$threads" --out "$out" \
     --reps "${REPS:-3}" --max-tokens "${MAX_TOKENS:-256}"
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_structured: results in $out" >&2

@@ -9,23 +9,14 @@
 #   CARGO_TARGET_DIR.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-models=${SPECD_MODEL_DIR:-$HOME/.cache/specd/models}
+source "$(dirname "$0")/qwen_pair_bench.sh"
 out=${1:-$repo/target/bench_trees/$(date -u +%Y%m%dT%H%M%SZ)}
-
-"$repo/tools/fetch_qwen_pair.sh" "$models"
-(cd "$repo" && cargo build --release -p specd -p specd-bench)
-bin=${CARGO_TARGET_DIR:-$repo/target}/release
+build_release -p specd -p specd-bench
 mkdir -p "$out"
-{
-    echo "date: $(date -u)"
-    echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
-    echo "load before: $(uptime)"
-} | tee "$out/machine.txt"
-python3 "$repo/tools/bench_trees.py" --specd "$bin/specd" --specd-bench "$bin/specd-bench" \
-    --target "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
-    --drafter "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+note_machine "$out"
+python3 "$repo/tools/bench_trees.py" --specd "$specd" --specd-bench "$specd_bench" \
+    --target "$target" --drafter "$drafter" \
     --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-3}" --kinds "${KINDS:-}" \
     --draft "${DRAFT:-draft-model}" --out "$out"
-echo "load after: $(uptime)" | tee -a "$out/machine.txt"
+note_load_after "$out"
 echo "bench_trees: results in $out" >&2
