@@ -6,6 +6,7 @@ mod counters;
 mod drafting;
 mod jobs;
 mod prefill_task;
+mod returns;
 mod scheduler;
 mod verify_batch;
 mod worker;

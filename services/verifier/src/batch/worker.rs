@@ -15,6 +15,7 @@ use super::counters::Counters;
 use super::drafting::DraftingRounds;
 use super::jobs::{Job, TruncateJob, VerifyJob};
 use super::prefill_task::PrefillTask;
+use super::returns::Returns;
 use super::verify_batch::{run_batch, take_rows};
 use crate::local::LocalVerifier;
 use crate::target::TargetModel;
@@ -32,6 +33,7 @@ struct Worker<T: TargetModel> {
     open: bool,
     waiting: Vec<VerifyJob>,
     prefills: VecDeque<PrefillTask<T::Cache>>,
+    returns: Returns,
 }
 
 /// Runs until the scheduler is dropped and every accepted job is answered.
@@ -51,6 +53,7 @@ pub(crate) fn run<T: TargetModel>(
         open: true,
         waiting: Vec::new(),
         prefills: VecDeque::new(),
+        returns: Returns::default(),
     };
     while worker.next_iteration() {}
 }
@@ -68,7 +71,11 @@ impl<T: TargetModel> Worker<T> {
         if !self.waiting.is_empty() {
             self.gather();
             let rows = take_rows(&mut self.waiting, self.config.max_rows, &self.counters);
+            let seqs: Vec<SeqId> = rows.iter().map(|job| job.request.seq).collect();
+            let started = Instant::now();
             run_batch(&self.local, rows, &self.counters);
+            self.returns
+                .answered(seqs, Instant::now(), started.elapsed());
         }
         if let Some(task) = self.prefills.pop_front() {
             if let Some(running) = task.step(&self.local, &self.counters) {
@@ -81,7 +88,10 @@ impl<T: TargetModel> Worker<T> {
 
     fn accept(&mut self, job: Job) {
         match job {
-            Job::Verify(job) => self.waiting.push(job),
+            Job::Verify(job) => {
+                self.returns.arrived(job.request.seq, job.queued_at);
+                self.waiting.push(job);
+            }
             Job::Prefill(job) => {
                 if let Some(task) = PrefillTask::start(&self.local, job) {
                     self.prefills.push_back(task);
@@ -127,8 +137,9 @@ impl<T: TargetModel> Worker<T> {
 
     /// Waits, from the oldest waiting row on, up to the configured time for more rows:
     /// until a forward would be full, or every live sequence has a row waiting (nobody else
-    /// could join). While sequences draft beside it in this process, it waits for their
-    /// rows too, up to the drafting rounds' patience.
+    /// could join). It waits longer for rows of sequences expected straight back from their
+    /// last answer (see [`Returns`]), and, while sequences draft beside it in this process,
+    /// for their rows too, up to the drafting rounds' patience.
     fn gather(&mut self) {
         let Some(first) = self.waiting.iter().map(|job| job.queued_at).min() else {
             return;
@@ -150,10 +161,14 @@ impl<T: TargetModel> Worker<T> {
                 // A round drafting now verifies as soon as it is drafted.
                 deadline = (now + max_wait).min(first + drafting.patience().max(max_wait));
             }
-            if now >= deadline {
+            let until = match self.returns.expected_by(now) {
+                Some(expected) => deadline.max(expected),
+                None => deadline,
+            };
+            if now >= until {
                 return;
             }
-            match self.jobs.recv_timeout((deadline - now).min(CANCEL_CHECK)) {
+            match self.jobs.recv_timeout((until - now).min(CANCEL_CHECK)) {
                 Ok(job) => {
                     self.accept(job);
                     self.drain();

@@ -59,7 +59,7 @@ impl Draws {
     }
 }
 
-fn prompt(len: usize, salt: u32) -> Vec<u32> {
+pub(crate) fn prompt(len: usize, salt: u32) -> Vec<u32> {
     (0..len as u32)
         .map(|i| 3 + (i * 37 + salt * 11) % 250)
         .collect()
@@ -131,16 +131,7 @@ fn plain_decode(local: &LocalVerifier<Gemma4Target>, spec: &Spec, seq: u64) -> V
     // A few tokens past the end, so drafts of the last rounds have something to follow.
     for round in 1..(spec.max_tokens + 16) as u32 {
         let verified = local
-            .verify_sync(CoreVerify {
-                seq,
-                round,
-                tokens: vec![*tokens.last().unwrap()],
-                budget: 1,
-                output_index_base: tokens.len() as u64,
-                want_carry: false,
-                masks: Vec::new(),
-                parents: Vec::new(),
-            })
+            .verify_sync(plain_round(seq.0, round, &tokens))
             .unwrap();
         tokens.extend(verified.new_tokens);
     }
@@ -730,7 +721,27 @@ fn piecewise_prefill_equals_the_model_prefill() {
     }
 }
 
-fn core_prefill(seq: SeqId, prompt: Vec<u32>, sampling: SamplingParams) -> CorePrefill {
+/// Prefills sequences `seqs` (greedy, short prompts of their own); their first tokens.
+pub(crate) async fn prefill_greedy<V: specd_core::Verifier>(verifier: &V, seqs: &[u64]) -> Vec<u32>
+where
+    V::Error: std::fmt::Debug,
+{
+    let mut first = Vec::new();
+    for &seq in seqs {
+        let prefilled = verifier
+            .prefill(core_prefill(
+                SeqId(seq),
+                prompt(6 + seq as usize, seq as u32),
+                SamplingParams::GREEDY,
+            ))
+            .await
+            .unwrap();
+        first.push(prefilled.first_token);
+    }
+    first
+}
+
+pub(crate) fn core_prefill(seq: SeqId, prompt: Vec<u32>, sampling: SamplingParams) -> CorePrefill {
     CorePrefill {
         seq,
         prompt_ids: prompt,
@@ -781,18 +792,7 @@ async fn rows_wait_for_sequences_drafting_beside_the_scheduler() {
         Some(beside.clone()),
     );
     for verifier in [&alone, &batch] {
-        let mut first = Vec::new();
-        for seq in [1, 2] {
-            let prefilled = verifier
-                .prefill(core_prefill(
-                    SeqId(seq),
-                    prompt(6 + seq as usize, seq as u32),
-                    SamplingParams::GREEDY,
-                ))
-                .await
-                .unwrap();
-            first.push(prefilled.first_token);
-        }
+        let first = prefill_greedy(verifier, &[1, 2]).await;
         // Sequence 2 is drafting while sequence 1's round waits.
         let drafting = beside.start();
         let (one, (waited, two)) = tokio::join!(verifier.verify(first_round(1, first[0])), async {

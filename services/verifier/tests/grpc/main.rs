@@ -9,6 +9,7 @@ mod errors;
 mod lifecycle;
 mod prefill;
 mod prefix_cache;
+mod returning_rows;
 mod rounds;
 mod shaping;
 mod trees;

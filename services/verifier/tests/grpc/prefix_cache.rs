@@ -14,7 +14,7 @@ use specd_verifier::{
 };
 
 use crate::qwen2_support::{TempGguf, TinySpec};
-use crate::support::target_with_chunk;
+use crate::support::{plain_round, target_with_chunk};
 
 const GREEDY: SamplingParams = SamplingParams {
     temperature: 0.0,
@@ -331,16 +331,7 @@ async fn a_running_sequence_seeds_one_that_shares_its_prompt() {
     for round in 0..6 {
         for (i, (verifier, seq)) in [(&warm, 1), (&warm, 2), (&cold, 2)].into_iter().enumerate() {
             let verified = verifier
-                .verify_sync(VerifyRequest {
-                    seq: SeqId(seq),
-                    round,
-                    tokens: vec![*tokens[i].last().unwrap()],
-                    budget: 1,
-                    output_index_base: tokens[i].len() as u64,
-                    want_carry: false,
-                    masks: Vec::new(),
-                    parents: Vec::new(),
-                })
+                .verify_sync(plain_round(seq, round, &tokens[i]))
                 .unwrap();
             tokens[i].extend(verified.new_tokens);
         }
