@@ -18,14 +18,18 @@ set -euo pipefail
 
 source "$(dirname "$0")/qwen_pair_bench.sh"
 out=${1:-$repo/target/bench_load/$(date -u +%Y%m%dT%H%M%SZ)}
-llama_bin=$(llamacpp_bin)
+# llama.cpp is built only when llama-server runs (SKIP=llama leaves it out).
+llama_server=none
+if [[ ",${SKIP:-}," != *,llama,* ]]; then
+    llama_server=$(llamacpp_bin)/llama-server
+fi
 build_release -p specd -p specd-bench
 specd=${SPECD_BIN:-$specd}
 
 mkdir -p "$out"
 "$specd_bench" --print-prompts >"$out/prompts.tsv"
 note_machine "$out"
-python3 "$repo/tools/bench_load.py" --specd "$specd" --llama-server "$llama_bin/llama-server" \
+python3 "$repo/tools/bench_load.py" --specd "$specd" --llama-server "$llama_server" \
     --target "$target" --drafter "$drafter" --prompts "$out/prompts.tsv" --out "$out" \
     --levels "${LEVELS:-1,4,8,16}" --requests "${REQUESTS:-2}" \
     --max-tokens "${MAX_TOKENS:-64}" --block-size "${BLOCK_SIZE:-0}" \
