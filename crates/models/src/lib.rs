@@ -23,6 +23,8 @@ pub mod projection;
 pub mod qwen2;
 pub mod shared_kv;
 pub mod source;
+#[cfg(test)]
+mod test_rng;
 pub mod tree;
 
 pub use causal_lm::{top_two_with, CausalLm, OutputRows, PrefixReuse, SeqBlock, TopTwo};

@@ -57,18 +57,14 @@ pub fn masked_attention(
 mod tests {
     use super::*;
     use crate::exact::TreeQueries;
+    use crate::test_rng::Lcg;
     use candle_core::Device;
 
+    /// Values in [-0.5, 0.5).
     fn random(shape: (usize, usize, usize), seed: u64) -> Tensor {
-        let mut state = seed;
-        let n = shape.0 * shape.1 * shape.2;
-        let values: Vec<f32> = (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
+        let mut rng = Lcg(seed);
+        let values: Vec<f32> = (0..shape.0 * shape.1 * shape.2)
+            .map(|_| rng.next() * 0.5)
             .collect();
         Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
     }

@@ -5,18 +5,7 @@ use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 
 use super::*;
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+use crate::test_rng::Lcg;
 
 /// GGUF bytes of a random `[out, inp]` weight in `format`, and its dequantized values.
 fn weight(format: WeightFormat, out: usize, inp: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {

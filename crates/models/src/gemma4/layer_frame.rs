@@ -51,9 +51,7 @@ impl LayerFrame {
             layer_scalar,
         })
     }
-}
 
-impl LayerFrame {
     /// The GeGLU MLP of `h` (before its pre-feed-forward norm): `down(gelu(gate(x)) *
     /// up(x))`, gate and up in one pass over the normed input.
     pub(crate) fn mlp(&self, h: &Tensor, exact: bool) -> Result<Tensor> {

@@ -46,11 +46,7 @@ pub(crate) struct Returns {
 impl Returns {
     /// A row of `seq` queued at `at`.
     pub(crate) fn arrived(&mut self, seq: SeqId, at: Instant) {
-        let seen = self.seen.entry(seq).or_insert(Seen {
-            answered: None,
-            gap: None,
-            last_seen: at,
-        });
+        let seen = self.heard_from(seq, at);
         if let Some(answered) = seen.answered.take() {
             let gap = at.saturating_duration_since(answered);
             if gap <= LONGEST_RETURN {
@@ -60,7 +56,6 @@ impl Returns {
                 });
             }
         }
-        seen.last_seen = at;
     }
 
     /// A forward of `forward`'s duration answered `seqs` at `at`.
@@ -72,16 +67,21 @@ impl Returns {
     ) {
         self.last_forward = Some((at, forward));
         for seq in seqs {
-            let seen = self.seen.entry(seq).or_insert(Seen {
-                answered: None,
-                gap: None,
-                last_seen: at,
-            });
-            seen.answered = Some(at);
-            seen.last_seen = at;
+            self.heard_from(seq, at).answered = Some(at);
         }
         self.seen
             .retain(|_, seen| at.saturating_duration_since(seen.last_seen) < FORGET_AFTER);
+    }
+
+    /// `seq`'s record, heard from at `at`.
+    fn heard_from(&mut self, seq: SeqId, at: Instant) -> &mut Seen {
+        let seen = self.seen.entry(seq).or_insert(Seen {
+            answered: None,
+            gap: None,
+            last_seen: at,
+        });
+        seen.last_seen = at;
+        seen
     }
 
     /// Until when the next forward should wait for rows expected back: the latest expected

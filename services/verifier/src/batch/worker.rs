@@ -74,8 +74,8 @@ impl<T: TargetModel> Worker<T> {
             let seqs: Vec<SeqId> = rows.iter().map(|job| job.request.seq).collect();
             let started = Instant::now();
             run_batch(&self.local, rows, &self.counters);
-            self.returns
-                .answered(seqs, Instant::now(), started.elapsed());
+            let ended = Instant::now();
+            self.returns.answered(seqs, ended, ended - started);
         }
         if let Some(task) = self.prefills.pop_front() {
             if let Some(running) = task.step(&self.local, &self.counters) {

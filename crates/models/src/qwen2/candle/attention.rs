@@ -29,15 +29,15 @@ impl Attention {
     ) -> Result<Tensor> {
         let tokens = x.dim(0)?;
         let (cos, sin) = cos_sin;
-        let rotate = |t: Tensor, heads: usize| -> Result<Tensor> {
+        let rotate_heads = |t: Tensor, heads: usize| -> Result<Tensor> {
             Ok(rotate(
                 &t.reshape((tokens, heads, self.head_dim))?,
                 cos,
                 sin,
             )?)
         };
-        let q = rotate(self.q.forward(x)?, self.heads)?;
-        let k = rotate(self.k.forward(x)?, self.kv_heads)?;
+        let q = rotate_heads(self.q.forward(x)?, self.heads)?;
+        let k = rotate_heads(self.k.forward(x)?, self.kv_heads)?;
         let v = self
             .v
             .forward(x)?
