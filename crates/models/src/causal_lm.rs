@@ -125,6 +125,13 @@ pub trait CausalLm: Send + Sync + 'static {
     fn supports_trees(&self) -> bool {
         false
     }
+    /// Whether [`Self::forward`] computes every position's hidden state whatever
+    /// [`OutputRows`] asks for (the rows asked for are only picked out), so a prefill piece
+    /// costs the same in a forward that outputs every row: it may then run beside verify
+    /// blocks in one pass over the weights.
+    fn computes_every_row(&self) -> bool {
+        false
+    }
     /// After a tree block run at position `start`, keeps the nodes of `path` (root first,
     /// each the parent of the next) as positions `start..start + path.len()` and drops the
     /// rest, so the cache is as if the path alone had run.

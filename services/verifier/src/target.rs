@@ -52,6 +52,12 @@ pub trait TargetModel: Send + Sync + 'static {
     ) -> Result<Vec<Tensor>, VerifierError>;
     /// Whether [`Self::forward_blocks`] takes token trees.
     fn supports_trees(&self) -> bool;
+    /// Whether a prefill piece may run in a [`Self::forward_blocks`] call beside verify
+    /// blocks at no extra cost to it (its rows' hidden states are computed either way), and
+    /// leave the cache and last hidden state [`Self::prefill_piece`] would.
+    fn prefill_joins_blocks(&self) -> bool {
+        false
+    }
     /// After a tree block run at `start`, keeps the nodes of `path` (root first) as the
     /// positions after `start` and drops the rest.
     fn keep_path(
@@ -246,6 +252,10 @@ impl<M: CausalLm> TargetModel for LmTarget<M> {
 
     fn supports_trees(&self) -> bool {
         self.model.supports_trees()
+    }
+
+    fn prefill_joins_blocks(&self) -> bool {
+        self.model.computes_every_row()
     }
 
     fn keep_path(

@@ -63,6 +63,7 @@ trait ErasedLm: Send + Sync + 'static {
     fn top_two_below(&self, hidden: &Tensor, below: usize) -> Result<Vec<TopTwo>>;
     fn truncate(&self, cache: &mut AnyCache, len: usize) -> Result<()>;
     fn supports_trees(&self) -> bool;
+    fn computes_every_row(&self) -> bool;
     fn keep_path(&self, cache: &mut AnyCache, start: usize, path: &[usize]) -> Result<()>;
     fn copy_prefix(
         &self,
@@ -155,6 +156,10 @@ impl<M: CausalLm> ErasedLm for M {
 
     fn supports_trees(&self) -> bool {
         CausalLm::supports_trees(self)
+    }
+
+    fn computes_every_row(&self) -> bool {
+        CausalLm::computes_every_row(self)
     }
 
     fn keep_path(&self, cache: &mut AnyCache, start: usize, path: &[usize]) -> Result<()> {
@@ -257,6 +262,10 @@ impl CausalLm for AnyLm {
 
     fn supports_trees(&self) -> bool {
         self.0.supports_trees()
+    }
+
+    fn computes_every_row(&self) -> bool {
+        self.0.computes_every_row()
     }
 
     fn keep_path(&self, cache: &mut AnyCache, start: usize, path: &[usize]) -> Result<()> {

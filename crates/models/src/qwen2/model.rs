@@ -462,6 +462,10 @@ impl CausalLm for Qwen2Model {
         true
     }
 
+    fn computes_every_row(&self) -> bool {
+        true
+    }
+
     fn keep_path(
         &self,
         cache: &mut KvCache,

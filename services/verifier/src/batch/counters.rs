@@ -21,6 +21,8 @@ pub struct BatchStats {
     pub queue_depth: usize,
     /// Prefill pieces run.
     pub prefill_chunks_run: u64,
+    /// Prefill pieces that ran in a verify forward, beside its rows.
+    pub prefill_pieces_joined: u64,
     /// Verify rows dropped before their forward because the caller went away.
     pub cancelled_rows: u64,
 }
@@ -32,6 +34,7 @@ pub(crate) struct Counters {
     largest_batch_rows: AtomicUsize,
     queue_depth: AtomicUsize,
     prefill_chunks_run: AtomicU64,
+    prefill_pieces_joined: AtomicU64,
     cancelled_rows: AtomicU64,
 }
 
@@ -62,6 +65,10 @@ impl Counters {
         self.prefill_chunks_run.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn prefill_piece_joined(&self) {
+        self.prefill_pieces_joined.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> BatchStats {
         BatchStats {
             batches_run: self.batches_run.load(Ordering::Relaxed),
@@ -69,6 +76,7 @@ impl Counters {
             largest_batch_rows: self.largest_batch_rows.load(Ordering::Relaxed),
             queue_depth: self.queue_depth.load(Ordering::Relaxed),
             prefill_chunks_run: self.prefill_chunks_run.load(Ordering::Relaxed),
+            prefill_pieces_joined: self.prefill_pieces_joined.load(Ordering::Relaxed),
             cancelled_rows: self.cancelled_rows.load(Ordering::Relaxed),
         }
     }

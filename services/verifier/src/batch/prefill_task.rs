@@ -1,6 +1,8 @@
-//! A prompt being prefilled one bounded piece at a time, between verify forwards.
+//! A prompt being prefilled one bounded piece at a time, between verify forwards or in them.
 
+use candle_core::Tensor;
 use specd_core::{PrefillRequest, Prefilled};
+use specd_models::SeqBlock;
 use tokio::sync::oneshot;
 use tracing::debug;
 
@@ -47,37 +49,107 @@ impl<C> PrefillTask<C> {
     }
 }
 
+/// The prompt tokens a prefill task runs next.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Piece {
+    /// Where the piece ends in the prompt.
+    end: usize,
+    /// The prompt's last piece: the sequence goes live after it.
+    last: bool,
+}
+
 impl<C: Send + 'static> PrefillTask<C> {
-    /// Runs the next piece, the same pieces [`TargetModel::prefill`] runs, so the cache and
-    /// the first token equal an uninterrupted prefill. On the last piece the sequence goes
-    /// live and the caller is answered; `None` then, the task itself while pieces remain.
+    /// Runs the next piece alone, the same pieces [`TargetModel::prefill`] runs, so the cache
+    /// and the first token equal an uninterrupted prefill. On the last piece the sequence
+    /// goes live and the caller is answered; `None` then, the task itself while pieces
+    /// remain.
     pub fn step<T: TargetModel<Cache = C>>(
-        mut self,
+        self,
         local: &LocalVerifier<T>,
         counters: &Counters,
     ) -> Option<Self> {
-        let seq = self.request.seq;
+        let (mut task, piece) = self.next_piece(local)?;
+        let tokens = &task.request.prompt_ids[task.done..piece.end];
+        let ran = local
+            .target()
+            .prefill_piece(&mut task.cache, tokens, piece.last);
+        task.piece_ran(local, counters, piece, ran)
+    }
+
+    /// The piece to run next, or `None` (its reservation returned) if the caller went away.
+    /// Before the last piece the prefix cache keeps the prompt's boundary.
+    pub fn next_piece<T: TargetModel<Cache = C>>(
+        self,
+        local: &LocalVerifier<T>,
+    ) -> Option<(Self, Piece)> {
         if self.reply.is_closed() {
-            debug!(%seq, "prefill caller went away; reservation returned");
-            local.release_sync(seq);
+            debug!(seq = %self.request.seq, "prefill caller went away; reservation returned");
+            local.release_sync(self.request.seq);
             return None;
         }
-        let prompt = &self.request.prompt_ids;
-        let chunk = local.target().prefill_chunk_len().max(1);
-        let end = (self.done + chunk).min(prompt.len());
-        let last = end == prompt.len();
+        let end = self.done + self.next_len(local);
+        let last = end == self.request.prompt_ids.len();
         if last {
             local.keep_prefill_boundary(&self.request, &self.cache, self.done);
         }
-        let prompt = &self.request.prompt_ids;
-        let piece = local
-            .target()
-            .prefill_piece(&mut self.cache, &prompt[self.done..end], last);
+        Some((self, Piece { end, last }))
+    }
+
+    /// Prompt tokens the next piece runs: at most the target's prefill chunk.
+    pub fn next_len<T: TargetModel<Cache = C>>(&self, local: &LocalVerifier<T>) -> usize {
+        let remaining = self.request.prompt_ids.len().saturating_sub(self.done);
+        remaining.min(local.target().prefill_chunk_len().max(1))
+    }
+
+    /// Prompt tokens in `piece`.
+    pub fn piece_len(&self, piece: Piece) -> usize {
+        piece.end - self.done
+    }
+
+    /// `piece` as a block of a forward that outputs every row.
+    pub fn block(&mut self, piece: Piece) -> SeqBlock<'_, C> {
+        SeqBlock::chain(
+            &mut self.cache,
+            &self.request.prompt_ids[self.done..piece.end],
+        )
+    }
+
+    /// [`Self::piece_ran`] after `piece` ran as a block of a forward that output every
+    /// row's hidden state, `hidden` `[piece rows, hidden]`.
+    pub fn ran_in_forward<T: TargetModel<Cache = C>>(
+        self,
+        local: &LocalVerifier<T>,
+        counters: &Counters,
+        piece: Piece,
+        hidden: Tensor,
+    ) -> Option<Self> {
+        let ran = if piece.last {
+            hidden
+                .narrow(0, self.piece_len(piece) - 1, 1)
+                .map(Some)
+                .map_err(|e| VerifierError::Forward(e.to_string()))
+        } else {
+            Ok(None)
+        };
+        self.piece_ran(local, counters, piece, ran)
+    }
+
+    /// After `piece` ran: `ran` is the hidden state of its last position on the last piece
+    /// (`None` before). Answers the caller after the last piece; `None` then or on failure,
+    /// the task itself while pieces remain.
+    pub fn piece_ran<T: TargetModel<Cache = C>>(
+        mut self,
+        local: &LocalVerifier<T>,
+        counters: &Counters,
+        piece: Piece,
+        ran: Result<Option<Tensor>, VerifierError>,
+    ) -> Option<Self> {
+        let seq = self.request.seq;
         counters.prefill_chunk_ran();
-        self.done = end;
-        let hidden = match piece {
+        self.done = piece.end;
+        let hidden = match ran {
             Ok(Some(hidden)) => hidden,
-            Ok(None) if !last => return Some(self),
+            Ok(None) if !piece.last => return Some(self),
             Ok(None) => {
                 let e =
                     VerifierError::invalid("prompt_ids", "the prefill returned no hidden state");
@@ -94,7 +166,7 @@ impl<C: Send + 'static> PrefillTask<C> {
         None
     }
 
-    fn fail<T: TargetModel<Cache = C>>(
+    pub fn fail<T: TargetModel<Cache = C>>(
         self,
         local: &LocalVerifier<T>,
         error: VerifierError,

@@ -6,11 +6,13 @@ use std::sync::MutexGuard;
 
 use std::time::Instant;
 
+use candle_core::Tensor;
 use specd_core::{ForwardCost, SeqId};
 use specd_telemetry::propagation::link_row;
 
 use super::counters::Counters;
 use super::jobs::{RowAnswer, VerifyJob};
+use super::prefill_task::{Piece, PrefillTask};
 use crate::error::VerifierError;
 use crate::local::{tree_depths, LocalVerifier, Sequence, SequenceHandle, VerifyStart};
 use crate::target::TargetModel;
@@ -50,12 +52,15 @@ struct Row<'a, C> {
     start_len: usize,
 }
 
-/// Runs the rows' blocks in one forward and answers each row.
+/// Runs the rows' blocks in one forward and answers each row. Prefill `pieces` ride along
+/// in the same forward (the target must [`TargetModel::prefill_joins_blocks`]); returns the
+/// prefill tasks that have pieces left, in order.
 pub(crate) fn run_batch<T: TargetModel>(
     local: &LocalVerifier<T>,
     taken: Vec<VerifyJob>,
+    mut pieces: Vec<(PrefillTask<T::Cache>, Piece)>,
     counters: &Counters,
-) {
+) -> Vec<PrefillTask<T::Cache>> {
     let mut jobs = Vec::new();
     let mut handles: Vec<SequenceHandle<T::Cache>> = Vec::new();
     for job in taken {
@@ -96,11 +101,15 @@ pub(crate) fn run_batch<T: TargetModel>(
             }
         }
     }
-    if rows.is_empty() {
-        return;
+    if rows.is_empty() && pieces.is_empty() {
+        return Vec::new();
     }
     // One span per forward, linked to every row's call: rows come from different traces.
-    let batch_span = tracing::info_span!("verify_batch", rows = rows.len());
+    let batch_span = tracing::info_span!(
+        "verify_batch",
+        rows = rows.len(),
+        prefill_pieces = pieces.len()
+    );
     for row in &rows {
         link_row(&batch_span, &row.job.span);
     }
@@ -115,19 +124,45 @@ pub(crate) fn run_batch<T: TargetModel>(
                 parents: &row.job.request.parents,
             })
             .collect();
+        blocks.extend(pieces.iter_mut().map(|(task, piece)| task.block(*piece)));
         local.target().forward_blocks(&mut blocks)
     };
     let tokens = rows.iter().map(|row| row.job.request.tokens.len()).sum();
     let batch_rows = rows.len();
-    counters.batch_ran(rows.len());
-    let hiddens = match forwarded {
-        Ok(hiddens) if hiddens.len() == rows.len() => hiddens,
+    if batch_rows > 0 {
+        counters.batch_ran(rows.len());
+    }
+    let mut hiddens = match forwarded {
+        Ok(hiddens) if hiddens.len() == rows.len() + pieces.len() => hiddens,
         Ok(hiddens) => {
-            let message = format!("{} rows in, {} out", rows.len(), hiddens.len());
-            return fail_rows(local, rows, &message);
+            let message = format!(
+                "{} rows in, {} out",
+                rows.len() + pieces.len(),
+                hiddens.len()
+            );
+            return fail_all(local, rows, pieces, &message);
         }
-        Err(e) => return fail_rows(local, rows, &e.to_string()),
+        Err(e) => return fail_all(local, rows, pieces, &e.to_string()),
     };
+    let piece_hiddens = hiddens.split_off(rows.len());
+    if !rows.is_empty() {
+        // A forward a prefill piece rode in cost more than its rows: it reports no cost, so
+        // nobody learns verify costs from it.
+        let cost = pieces.is_empty().then_some((tokens, started));
+        answer_rows(local, rows, &hiddens, cost);
+    }
+    prefill_pieces_ran(local, pieces, piece_hiddens, batch_rows > 0, counters)
+}
+
+/// Each row's acceptance on its hidden states, its answer and, if its caller went away,
+/// its rollback.
+fn answer_rows<T: TargetModel>(
+    local: &LocalVerifier<T>,
+    rows: Vec<Row<'_, T::Cache>>,
+    hiddens: &[Tensor],
+    cost: Option<(usize, Instant)>,
+) {
+    let batch_rows = rows.len();
     // One LM head pass serves every row of every sequence in the forward.
     let depths: Vec<Vec<usize>> = rows
         .iter()
@@ -135,7 +170,7 @@ pub(crate) fn run_batch<T: TargetModel>(
         .collect();
     let heads: Vec<HeadRows<'_>> = rows
         .iter()
-        .zip(&hiddens)
+        .zip(hiddens)
         .zip(&depths)
         .map(|((row, hidden), depths)| HeadRows {
             hidden,
@@ -150,7 +185,7 @@ pub(crate) fn run_batch<T: TargetModel>(
         Err(e) => return fail_rows(local, rows, &e.to_string()),
     };
     let mut finished = Vec::with_capacity(rows.len());
-    for ((mut row, hidden), targets) in rows.into_iter().zip(&hiddens).zip(&targets) {
+    for ((mut row, hidden), targets) in rows.into_iter().zip(hiddens).zip(&targets) {
         let before = row.state.rounds.clone();
         let answer = local
             .finish_verify(
@@ -168,14 +203,14 @@ pub(crate) fn run_batch<T: TargetModel>(
     }
     // Every row's acceptance on its logits is part of what the forward cost, so the answers
     // go out together, each with the whole batch's cost.
-    let forward = ForwardCost {
+    let forward = cost.map(|(tokens, started)| ForwardCost {
         tokens,
         rows: batch_rows,
         time: started.elapsed(),
-    };
+    });
     for (mut row, before, answer) in finished {
         let answer = answer.map(|mut row| {
-            row.answer.verified.forward = Some(forward);
+            row.answer.verified.forward = forward;
             row
         });
         let applied = answer.is_ok();
@@ -186,6 +221,39 @@ pub(crate) fn run_batch<T: TargetModel>(
             row.state.rounds = before;
         }
     }
+}
+
+/// Answers the prefill tasks whose pieces ran (each piece's hidden states, every row);
+/// returns those with pieces left, in order.
+fn prefill_pieces_ran<T: TargetModel>(
+    local: &LocalVerifier<T>,
+    pieces: Vec<(PrefillTask<T::Cache>, Piece)>,
+    hiddens: Vec<Tensor>,
+    beside_rows: bool,
+    counters: &Counters,
+) -> Vec<PrefillTask<T::Cache>> {
+    let mut continuing = Vec::new();
+    for ((task, piece), hidden) in pieces.into_iter().zip(hiddens) {
+        if beside_rows {
+            counters.prefill_piece_joined();
+        }
+        continuing.extend(task.ran_in_forward(local, counters, piece, hidden));
+    }
+    continuing
+}
+
+/// Fails the verify rows and the prefill pieces of a forward that failed.
+fn fail_all<T: TargetModel>(
+    local: &LocalVerifier<T>,
+    rows: Vec<Row<'_, T::Cache>>,
+    pieces: Vec<(PrefillTask<T::Cache>, Piece)>,
+    why: &str,
+) -> Vec<PrefillTask<T::Cache>> {
+    fail_rows(local, rows, why);
+    for (task, _) in pieces {
+        task.fail(local, VerifierError::Forward(why.to_string()));
+    }
+    Vec::new()
 }
 
 /// Rolls every row back to its length before the forward and answers each with the failure.

@@ -1,6 +1,9 @@
 //! The scheduler's worker thread: the only place the target model runs. Each iteration runs
-//! at most one batched verify forward and then at most one prefill piece, so a long prompt
-//! never stalls the rounds of running sequences, and rows join or leave between forwards.
+//! at most one batched verify forward and at most one prefill chunk, so a long prompt never
+//! stalls the rounds of running sequences, and rows join or leave between forwards. Where
+//! the target computes every row of a forward anyway, the prefill pieces ride in the verify
+//! forward (one pass over the weights for both; several short prompts share one chunk);
+//! elsewhere one piece runs after it.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -14,7 +17,7 @@ use super::config::BatchConfig;
 use super::counters::Counters;
 use super::drafting::DraftingRounds;
 use super::jobs::{Job, TruncateJob, VerifyJob};
-use super::prefill_task::PrefillTask;
+use super::prefill_task::{Piece, PrefillTask};
 use super::returns::Returns;
 use super::verify_batch::{run_batch, take_rows};
 use crate::local::LocalVerifier;
@@ -68,22 +71,73 @@ impl<T: TargetModel> Worker<T> {
             }
         }
         self.drain();
+        let joins = self.local.target().prefill_joins_blocks();
+        if joins && self.waiting.is_empty() {
+            self.await_returning_rows();
+        }
         if !self.waiting.is_empty() {
             self.gather();
             let rows = take_rows(&mut self.waiting, self.config.max_rows, &self.counters);
             let seqs: Vec<SeqId> = rows.iter().map(|job| job.request.seq).collect();
+            let pieces = if joins {
+                self.take_pieces()
+            } else {
+                Vec::new()
+            };
             let started = Instant::now();
-            run_batch(&self.local, rows, &self.counters);
+            let continuing = run_batch(&self.local, rows, pieces, &self.counters);
             let ended = Instant::now();
             self.returns.answered(seqs, ended, ended - started);
+            self.requeue(continuing);
+        } else if joins {
+            let pieces = self.take_pieces();
+            let continuing = run_batch(&self.local, Vec::new(), pieces, &self.counters);
+            self.requeue(continuing);
         }
-        if let Some(task) = self.prefills.pop_front() {
-            if let Some(running) = task.step(&self.local, &self.counters) {
-                self.prefills.push_front(running);
+        if !joins {
+            if let Some(task) = self.prefills.pop_front() {
+                if let Some(running) = task.step(&self.local, &self.counters) {
+                    self.prefills.push_front(running);
+                }
             }
         }
         self.record_occupancy();
         self.open || !self.waiting.is_empty() || !self.prefills.is_empty()
+    }
+
+    /// The next pieces of the prefills at the front, as many as fit in one prefill chunk
+    /// together (the first always), to run in this iteration's forward: one pass over the
+    /// weights serves the verify rows and the prompts.
+    fn take_pieces(&mut self) -> Vec<(PrefillTask<T::Cache>, Piece)> {
+        let budget = self.local.target().prefill_chunk_len().max(1);
+        let mut pieces = Vec::new();
+        let mut used = 0;
+        while let Some(task) = self.prefills.pop_front() {
+            let len = task.next_len(&self.local);
+            if len == 0 {
+                // Nothing to run: a piece alone says why.
+                if let Some(running) = task.step(&self.local, &self.counters) {
+                    self.prefills.push_front(running);
+                }
+                continue;
+            }
+            if !pieces.is_empty() && used + len > budget {
+                self.prefills.push_front(task);
+                break;
+            }
+            if let Some(taken) = task.next_piece(&self.local) {
+                used += len;
+                pieces.push(taken);
+            }
+        }
+        pieces
+    }
+
+    /// Puts prefills with pieces left back at the front, in their order.
+    fn requeue(&mut self, continuing: Vec<PrefillTask<T::Cache>>) {
+        for task in continuing.into_iter().rev() {
+            self.prefills.push_front(task);
+        }
     }
 
     fn accept(&mut self, job: Job) {
@@ -168,14 +222,32 @@ impl<T: TargetModel> Worker<T> {
             if now >= until {
                 return;
             }
-            match self.jobs.recv_timeout((until - now).min(CANCEL_CHECK)) {
-                Ok(job) => {
-                    self.accept(job);
-                    self.drain();
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => self.open = false,
+            self.take_jobs_until(until, now);
+        }
+    }
+
+    /// Before prefill pieces run without verify rows: waits for rows expected straight back
+    /// from their last answer (see [`Returns`]), so they ride in the same forward instead of
+    /// waiting for it and then running alone.
+    fn await_returning_rows(&mut self) {
+        while self.waiting.is_empty() && self.open {
+            let now = Instant::now();
+            let Some(until) = self.returns.expected_by(now) else {
+                return;
+            };
+            self.take_jobs_until(until, now);
+        }
+    }
+
+    /// Takes the jobs that arrive until `until` (at most [`CANCEL_CHECK`] from `now`).
+    fn take_jobs_until(&mut self, until: Instant, now: Instant) {
+        match self.jobs.recv_timeout((until - now).min(CANCEL_CHECK)) {
+            Ok(job) => {
+                self.accept(job);
+                self.drain();
             }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.open = false,
         }
     }
 

@@ -6,6 +6,7 @@ mod support;
 mod batching;
 mod deltas;
 mod errors;
+mod joined_prefill;
 mod lifecycle;
 mod prefill;
 mod prefix_cache;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use specd_core::{CacheScope, PrefillRequest, SamplingParams, SeqId, Verifier, VerifyRequest};
+use specd_core::{CacheScope, PrefillRequest, SamplingParams, SeqId, Verifier};
 use specd_models::qwen2::Qwen2Model;
 use specd_verifier::{
     BatchConfig, BatchVerifier, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetCarry,
@@ -14,7 +14,7 @@ use specd_verifier::{
 };
 
 use crate::qwen2_support::{TempGguf, TinySpec};
-use crate::support::{plain_round, target_with_chunk};
+use crate::support::{plain_round, round_request, target_with_chunk};
 
 const GREEDY: SamplingParams = SamplingParams {
     temperature: 0.0,
@@ -116,19 +116,8 @@ async fn turn<V: Verifier<Carry = TargetCarry>>(
         let count = (block - 1).min(room.saturating_sub(1));
         let mut blocked = vec![*tokens.last().unwrap()];
         blocked.extend(drafts(reference, tokens.len(), count, vocab));
-        let verified = verifier
-            .verify(VerifyRequest {
-                seq,
-                round,
-                tokens: blocked,
-                budget: room,
-                output_index_base: tokens.len() as u64,
-                want_carry: false,
-                masks: Vec::new(),
-                parents: Vec::new(),
-            })
-            .await
-            .unwrap();
+        let request = round_request(seq.0, round, blocked, tokens.len(), room);
+        let verified = verifier.verify(request).await.unwrap();
         tokens.extend(verified.new_tokens);
         round += 1;
     }

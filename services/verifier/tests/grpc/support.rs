@@ -228,17 +228,30 @@ pub async fn drained(client: &mut VerifierClient<Channel>) -> bool {
 
 pub const PROMPT: [u32; 12] = [2, 17, 101, 45, 9, 200, 17, 101, 45, 77, 3, 64];
 
-/// Round `round` of plain decoding for `seq`, whose emitted tokens so far are `emitted`: its
-/// last token verified alone, one token out.
-pub fn plain_round(seq: u64, round: u32, emitted: &[u32]) -> specd_core::VerifyRequest {
+/// Round `round` of `seq` verifying `tokens` (the bonus, then drafts), `emitted` tokens out
+/// so far and at most `budget` more.
+pub fn round_request(
+    seq: u64,
+    round: u32,
+    tokens: Vec<u32>,
+    emitted: usize,
+    budget: usize,
+) -> specd_core::VerifyRequest {
     specd_core::VerifyRequest {
         seq: specd_core::SeqId(seq),
         round,
-        tokens: emitted.last().copied().into_iter().collect(),
-        budget: 1,
-        output_index_base: emitted.len() as u64,
+        tokens,
+        budget,
+        output_index_base: emitted as u64,
         want_carry: false,
         masks: Vec::new(),
         parents: Vec::new(),
     }
+}
+
+/// Round `round` of plain decoding for `seq`, whose emitted tokens so far are `emitted`: its
+/// last token verified alone, one token out.
+pub fn plain_round(seq: u64, round: u32, emitted: &[u32]) -> specd_core::VerifyRequest {
+    let bonus = emitted.last().copied().into_iter().collect();
+    round_request(seq, round, bonus, emitted.len(), 1)
 }
