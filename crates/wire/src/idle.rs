@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use tracing::info;
 
-/// A table of per-request work that expires when idle.
+/// A table of per-request work: a draining server waits for it to end, and it expires when
+/// idle.
 pub trait IdleWork: Send + Sync + 'static {
     type Id: Display;
     /// What one unit of work is called, for the log.
     const NAME: &'static str;
+    /// Work live now.
+    fn live(&self) -> usize;
     /// Work untouched for `timeout` and not in use right now.
     fn idle(&self, timeout: Duration) -> Vec<Self::Id>;
     /// Ends `id`; whether it was still there.

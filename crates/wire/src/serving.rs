@@ -16,6 +16,7 @@ use tonic::transport::Server;
 use crate::descriptor::{reflection_service, ReflectionError, SpecdService};
 use crate::draining::{DrainSwitch, RefuseWhileDraining};
 use crate::health::HealthState;
+use crate::idle::{expire_idle, IdleWork};
 use crate::tls::ServerTls;
 
 /// How a server listens: TLS, reflection, and the HTTP/2 limits every connection gets.
@@ -76,12 +77,14 @@ pub struct Drain<B, W> {
 /// How a service that holds per-request work (a verifier's sequences, a drafter's sessions)
 /// drains: the calls that start new work are refused, and the server stops once no work is
 /// live.
-pub struct WorkDrain<L> {
+pub struct WorkDrain<W> {
     /// Calls refused with UNAVAILABLE while draining.
     pub refuse: &'static [&'static str],
-    /// Work still live; draining ends when it reaches 0. The work's own expiry (idle
-    /// timeouts) bounds the wait if a client vanished.
-    pub live: L,
+    /// The work; draining ends when none is live. Its expiry bounds the wait if a client
+    /// vanished.
+    pub work: Arc<W>,
+    /// Work idle this long expires (checked a few times per timeout); `None`: never.
+    pub idle_timeout: Option<Duration>,
     /// What draining means for this server, for the log.
     pub what: &'static str,
 }
@@ -89,15 +92,16 @@ pub struct WorkDrain<L> {
 /// How often a draining server looks whether its last work has ended.
 const WORK_DRAIN_POLL: Duration = Duration::from_millis(50);
 
-/// [`serve_draining`] for a service holding per-request work, draining as `drain` says.
-pub async fn serve_work<S, L>(
+/// [`serve_draining`] for a service holding per-request work, expiring idle work and
+/// draining as `drain` says.
+pub async fn serve_work<S, W>(
     hosted: SpecdService,
     options: &ServeOptions,
     server: S,
     incoming: TcpIncoming,
     trace: fn(&http::Request<()>) -> tracing::Span,
     shutdown: impl Future<Output = ()> + Send,
-    drain: WorkDrain<L>,
+    drain: WorkDrain<W>,
 ) -> Result<(), ServeError>
 where
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
@@ -107,15 +111,18 @@ where
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    L: Fn() -> usize + Send,
+    W: IdleWork,
 {
+    if let Some(timeout) = drain.idle_timeout {
+        tokio::spawn(expire_idle(Arc::downgrade(&drain.work), timeout));
+    }
     let switch = DrainSwitch::default();
     let server = RefuseWhileDraining::new(server, switch.clone(), drain.refuse);
-    let live = drain.live;
+    let work = drain.work;
     let drain = Drain {
         begin: move || switch.start(),
         finished: async move {
-            while live() > 0 {
+            while work.live() > 0 {
                 tokio::time::sleep(WORK_DRAIN_POLL).await;
             }
         },

@@ -1,7 +1,6 @@
 //! A drafter server on a listening socket: the Drafter service, health and reflection.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use specd_wire::descriptor::SpecdService;
 use specd_wire::drafter::DrafterServer;
@@ -12,7 +11,6 @@ use tonic::transport::server::TcpIncoming;
 
 use super::service::DrafterService;
 use crate::engine::DraftEngine;
-use specd_wire::idle::expire_idle;
 
 /// Serves `service` on `incoming` until `shutdown` resolves, then drains: health turns
 /// NOT_SERVING, Open answers UNAVAILABLE, and the server stops once no session is open
@@ -24,15 +22,12 @@ pub async fn serve<E: DraftEngine>(
     incoming: TcpIncoming,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let limits = service.config().limits;
-    let options = service.config().serving.clone();
-    if let Some(timeout) = service.config().idle_timeout {
-        tokio::spawn(expire_idle(Arc::downgrade(service.sessions()), timeout));
-    }
-    let sessions = service.sessions().clone();
+    let config = service.config();
+    let (limits, options) = (config.limits, config.serving.clone());
     let drain = WorkDrain {
         refuse: &["Open"],
-        live: move || sessions.len(),
+        work: service.sessions().clone(),
+        idle_timeout: config.idle_timeout,
         what: "refusing new sessions, serving open ones",
     };
     serve_work(

@@ -179,6 +179,10 @@ impl<S: Send + 'static> specd_wire::idle::IdleWork for Sessions<S> {
     type Id = WireId;
     const NAME: &'static str = "session";
 
+    fn live(&self) -> usize {
+        self.len()
+    }
+
     fn idle(&self, timeout: Duration) -> Vec<WireId> {
         Sessions::idle(self, timeout)
     }

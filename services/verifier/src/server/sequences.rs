@@ -117,6 +117,10 @@ impl<T: TargetModel> specd_wire::idle::IdleWork for Sequences<T> {
     type Id = SeqId;
     const NAME: &'static str = "sequence";
 
+    fn live(&self) -> usize {
+        self.local().sequence_count()
+    }
+
     fn idle(&self, timeout: Duration) -> Vec<SeqId> {
         Sequences::idle(self, timeout)
     }

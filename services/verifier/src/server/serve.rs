@@ -1,7 +1,6 @@
 //! A verifier server on a listening socket: the Verifier service, health and reflection.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use specd_wire::descriptor::SpecdService;
 use specd_wire::limits::WithMessageLimits;
@@ -12,7 +11,6 @@ use tonic::transport::server::TcpIncoming;
 
 use super::service::VerifierService;
 use crate::target::TargetModel;
-use specd_wire::idle::expire_idle;
 
 /// Serves `service` on `incoming` until `shutdown` resolves, then drains: health turns
 /// NOT_SERVING, Prefill answers UNAVAILABLE, and the server stops once no sequence is live
@@ -24,15 +22,12 @@ pub async fn serve<T: TargetModel>(
     incoming: TcpIncoming,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let limits = service.config().limits;
-    let options = service.config().serving.clone();
-    if let Some(timeout) = service.config().idle_timeout {
-        tokio::spawn(expire_idle(Arc::downgrade(service.sequences()), timeout));
-    }
-    let sequences = service.sequences().clone();
+    let config = service.config();
+    let (limits, options) = (config.limits, config.serving.clone());
     let drain = WorkDrain {
         refuse: &["Prefill"],
-        live: move || sequences.local().sequence_count(),
+        work: service.sequences().clone(),
+        idle_timeout: config.idle_timeout,
         what: "refusing new sequences, serving live ones",
     };
     serve_work(
