@@ -30,7 +30,10 @@ pub enum OverlapMode {
     Off,
 }
 
-/// Rounds a new drafter runs in its first mode before the other is probed.
+/// Rounds a new drafter runs in its first mode before the other is probed; a drafter on a
+/// verifier's cores waits [`REPROBE_AFTER`] rounds instead, as after a confirming probe: that
+/// pre-drafts cost there is the likely case, and a probe's rounds are paid by the requests
+/// running them (the first requests of a new router).
 pub const FIRST_PROBE_AFTER: u32 = 12;
 /// Rounds a probe of the other mode lasts.
 pub const PROBE_ROUNDS: u32 = 12;
@@ -93,7 +96,12 @@ impl Overlap {
                         "off: the drafter shares the verifier's cores"
                     }
                 );
-                judges.insert(drafter.to_owned(), Judge::new(start));
+                let first_probe = if start {
+                    FIRST_PROBE_AFTER
+                } else {
+                    REPROBE_AFTER
+                };
+                judges.insert(drafter.to_owned(), Judge::new(start, first_probe));
                 start
             }
         }
@@ -139,11 +147,11 @@ struct Judge {
 }
 
 impl Judge {
-    fn new(predraft: bool) -> Self {
+    fn new(predraft: bool, first_probe_after: u32) -> Self {
         Self {
             decided: predraft,
             phase: Phase::Settled {
-                left: FIRST_PROBE_AFTER,
+                left: first_probe_after,
             },
             reprobe_after: REPROBE_AFTER,
             settled: VecDeque::with_capacity(COMPARED_ROUNDS),
@@ -332,6 +340,8 @@ mod tests {
     #[test]
     fn a_drafter_on_the_verifiers_cores_starts_off_and_stays_off_when_overlap_costs() {
         let overlap = Overlap::new(OverlapMode::Auto);
+        let first = run(&overlap, "d", Some(true), REPROBE_AFTER as usize, contended);
+        assert_eq!(first, 0, "no probe before {REPROBE_AFTER} rounds");
         let on = run(&overlap, "d", Some(true), 1000, contended);
         assert_eq!(overlap.switches(), 0);
         // Only probes pre-draft: a few rounds in a hundred.
@@ -362,7 +372,8 @@ mod tests {
         assert!(!overlap.predraft("d", || None));
         // Shares cores by its Stats, but the cores are idle: overlap pays.
         let other = Overlap::new(OverlapMode::Auto);
-        run(&other, "d", Some(true), 100, separate);
+        let first_probe_ends = REPROBE_AFTER + PROBE_ROUNDS;
+        run(&other, "d", Some(true), first_probe_ends as usize, separate);
         assert_eq!(other.switches(), 1);
         assert!(other.predraft("d", || None));
     }
@@ -405,7 +416,7 @@ mod tests {
 
     #[test]
     fn rounds_asked_under_another_phase_are_not_booked() {
-        let mut judge = Judge::new(true);
+        let mut judge = Judge::new(true, FIRST_PROBE_AFTER);
         let round = |predrafted| RoundCost {
             predrafted,
             rows: 4,

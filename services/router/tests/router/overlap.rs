@@ -7,7 +7,7 @@
 use candle_core::Device;
 use specd_drafter::DraftModelEngine;
 use specd_models::qwen2::Qwen2Model;
-use specd_router::overlap::{OverlapMode, FIRST_PROBE_AFTER};
+use specd_router::overlap::{OverlapMode, PROBE_ROUNDS, REPROBE_AFTER};
 use specd_router::{DraftSource, RouterConfig};
 use specd_wire::generation::GenerationClient;
 
@@ -88,19 +88,20 @@ async fn auto_overlap_starts_off_beside_the_verifier_and_probes_pre_drafting() {
     let source = DraftSource::Remote(vec![drafter.url()]);
     let router = start_router_with(&verifier, source, &target, config).await;
     let mut client = GenerationClient::new(router.channel().await);
-    // One draft a round: enough rounds for the first probe.
-    let request = |block| with_block(ids_request(&PROMPT, 48), block, block.is_none());
+    // One draft a round, at most two tokens: enough rounds for the first probe.
+    let max_tokens = 2 * (REPROBE_AFTER + PROBE_ROUNDS + 8);
+    let request = |block| with_block(ids_request(&PROMPT, max_tokens), block, block.is_none());
     let plain = generate(&mut client, request(None)).await.unwrap();
     let auto = generate(&mut client, request(Some(2))).await.unwrap();
     assert_eq!(auto.token_ids, plain.token_ids);
     let stats = auto.stats.unwrap();
     let rounds = stats.rounds - stats.plain_rounds;
-    assert!(rounds > FIRST_PROBE_AFTER + 2, "{stats:?}");
+    assert!(rounds > REPROBE_AFTER + PROBE_ROUNDS, "{stats:?}");
     // The drafter runs on this machine's cores, as the verifier does: the first call and
-    // the next FIRST_PROBE_AFTER (whose rounds are measured) ask for no pre-draft; the
-    // probe that follows does, and switches the request's pre-drafting on.
+    // the next REPROBE_AFTER (whose rounds are measured) ask for no pre-draft; the probe
+    // that follows does, and switches the request's pre-drafting on.
     let asked = stats.predraft_hits + stats.predraft_misses;
     assert!(asked > 0, "no probe: {stats:?}");
-    assert!(asked < rounds - FIRST_PROBE_AFTER, "{stats:?}");
+    assert!(asked < rounds - REPROBE_AFTER, "{stats:?}");
     assert!(stats.overlap_switches >= 1, "{stats:?}");
 }
