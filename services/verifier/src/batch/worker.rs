@@ -72,7 +72,7 @@ impl<T: TargetModel> Worker<T> {
         }
         self.drain();
         let joins = self.local.target().prefill_joins_blocks();
-        if joins && self.waiting.is_empty() {
+        if joins && self.waiting.is_empty() && !self.prefills.is_empty() {
             self.await_returning_rows();
         }
         if !self.waiting.is_empty() {
@@ -89,7 +89,7 @@ impl<T: TargetModel> Worker<T> {
             let ended = Instant::now();
             self.returns.answered(seqs, ended, ended - started);
             self.requeue(continuing);
-        } else if joins {
+        } else if joins && !self.prefills.is_empty() {
             let pieces = self.take_pieces();
             let continuing = run_batch(&self.local, Vec::new(), pieces, &self.counters);
             self.requeue(continuing);
