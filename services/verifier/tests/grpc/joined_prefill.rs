@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use specd_core::{CacheScope, PrefillRequest, SamplingParams, SeqId, Verifier};
+use specd_core::{CacheScope, SamplingParams, SeqId, Verifier};
 use specd_models::qwen2::Qwen2Model;
 use specd_verifier::{
     BatchConfig, BatchVerifier, LocalVerifier, Qwen2Target, TargetCarry, VerifierLimits,
@@ -15,7 +15,7 @@ use specd_verifier::{
 use tokio::sync::watch;
 
 use crate::qwen2_support::{Rng, TempGguf, TinySpec};
-use crate::support::round_request;
+use crate::support::{core_prefill, round_request};
 
 /// Prompt tokens per prefill piece: a 45-token prompt runs in 6 pieces.
 const CHUNK: usize = 8;
@@ -54,20 +54,8 @@ async fn prefill<V: Verifier<Carry = TargetCarry>>(
     seq: u64,
     prompt: &[u32],
 ) -> (Vec<u32>, u32) {
-    let prefilled = verifier
-        .prefill(PrefillRequest {
-            seq: SeqId(seq),
-            prompt_ids: prompt.to_vec(),
-            sampling: SEEDED,
-            want_carry: true,
-            cache_scope: CacheScope(String::new()),
-            rules: Default::default(),
-            top_logprobs: None,
-            mask: None,
-            emitted_in_prompt: 0,
-        })
-        .await
-        .unwrap();
+    let request = core_prefill(seq, prompt.to_vec(), SEEDED, true, CacheScope::global());
+    let prefilled = verifier.prefill(request).await.unwrap();
     let carry = prefilled.carry.expect("a carry was asked for");
     (bits(&carry.hidden), prefilled.first_token)
 }

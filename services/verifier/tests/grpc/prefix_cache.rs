@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use specd_core::{CacheScope, PrefillRequest, SamplingParams, SeqId, Verifier};
+use specd_core::{CacheScope, SamplingParams, SeqId, Verifier};
 use specd_models::qwen2::Qwen2Model;
 use specd_verifier::{
     BatchConfig, BatchVerifier, Gemma4Target, KvBudget, LocalVerifier, Qwen2Target, TargetCarry,
@@ -14,7 +14,7 @@ use specd_verifier::{
 };
 
 use crate::qwen2_support::{TempGguf, TinySpec};
-use crate::support::{plain_round, round_request, target_with_chunk};
+use crate::support::{core_prefill, plain_round, round_request, target_with_chunk};
 
 const GREEDY: SamplingParams = SamplingParams {
     temperature: 0.0,
@@ -94,20 +94,14 @@ async fn turn<V: Verifier<Carry = TargetCarry>>(
     vocab: u32,
 ) -> Turn {
     let seq = SeqId(seq);
-    let prefilled = verifier
-        .prefill(PrefillRequest {
-            seq,
-            prompt_ids: prompt.to_vec(),
-            sampling,
-            want_carry: true,
-            cache_scope: CacheScope(scope.into()),
-            rules: Default::default(),
-            top_logprobs: None,
-            mask: None,
-            emitted_in_prompt: 0,
-        })
-        .await
-        .unwrap();
+    let request = core_prefill(
+        seq.0,
+        prompt.to_vec(),
+        sampling,
+        true,
+        CacheScope(scope.into()),
+    );
+    let prefilled = verifier.prefill(request).await.unwrap();
     let carry = prefilled.carry.expect("a carry was asked for");
     let mut tokens = vec![prefilled.first_token];
     let mut round = 0;
@@ -294,17 +288,8 @@ async fn a_running_sequence_seeds_one_that_shares_its_prompt() {
     let system = system_prompt(40, 256);
     let with = |tail: &[u32]| [system.as_slice(), tail].concat();
     let sampling = GREEDY;
-    let request = |seq, prompt: Vec<u32>| PrefillRequest {
-        seq: SeqId(seq),
-        prompt_ids: prompt,
-        sampling,
-        want_carry: false,
-        cache_scope: CacheScope::global(),
-        rules: Default::default(),
-        top_logprobs: None,
-        mask: None,
-        emitted_in_prompt: 0,
-    };
+    let request =
+        |seq, prompt: Vec<u32>| core_prefill(seq, prompt, sampling, false, CacheScope::global());
     // The first request is still running when the second arrives.
     let a = warm.prefill_sync(request(1, with(&[1, 2]))).unwrap();
     let b = warm.prefill_sync(request(2, with(&[3, 4, 5]))).unwrap();
@@ -380,17 +365,7 @@ async fn cached_prefixes_give_way_to_admission() {
         let prompt: Vec<u32> = (0..40).map(|i| (i * 3 + seq as u32 * 17) % 256).collect();
         let prefilled = warm
             .prefill_sync_with_budget(
-                PrefillRequest {
-                    seq: SeqId(seq),
-                    prompt_ids: prompt,
-                    sampling: GREEDY,
-                    want_carry: false,
-                    cache_scope: CacheScope::global(),
-                    rules: Default::default(),
-                    top_logprobs: None,
-                    mask: None,
-                    emitted_in_prompt: 0,
-                },
+                core_prefill(seq, prompt, GREEDY, false, CacheScope::global()),
                 None,
             )
             .unwrap();

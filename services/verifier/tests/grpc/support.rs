@@ -228,6 +228,29 @@ pub async fn drained(client: &mut VerifierClient<Channel>) -> bool {
 
 pub const PROMPT: [u32; 12] = [2, 17, 101, 45, 9, 200, 17, 101, 45, 77, 3, 64];
 
+/// A prefill of `prompt` for sequence `seq` through core's [`specd_core::Verifier`], with no
+/// rules, masks or log-probabilities; `want_carry` asks for the hidden state (and shared
+/// K/V) a drafter would get.
+pub fn core_prefill(
+    seq: u64,
+    prompt: Vec<u32>,
+    sampling: specd_core::SamplingParams,
+    want_carry: bool,
+    cache_scope: specd_core::CacheScope,
+) -> specd_core::PrefillRequest {
+    specd_core::PrefillRequest {
+        seq: specd_core::SeqId(seq),
+        prompt_ids: prompt,
+        sampling,
+        want_carry,
+        cache_scope,
+        rules: Default::default(),
+        top_logprobs: None,
+        mask: None,
+        emitted_in_prompt: 0,
+    }
+}
+
 /// Round `round` of `seq` verifying `tokens` (the bonus, then drafts), `emitted` tokens out
 /// so far and at most `budget` more.
 pub fn round_request(
