@@ -11,7 +11,8 @@ per kind and mode, tokens per round, speculative / plain decode speed (medians o
 ratios, plain measured in the same rep) and whether every output equals plain. `--draft`
 picks the drafting: the draft model (the default), prompt lookup in front of it (`hybrid`), or
 prompt lookup alone (`ngram`, whose trees hold what followed other occurrences of the matched
-n-gram).
+n-gram). `--modes draft-weights` runs, instead of the shapes, the draft model's matrices as
+stored against re-encoded to 4 bits (`--draft-weights q4`), at the default shapes.
 """
 
 import argparse
@@ -31,6 +32,15 @@ MODES = [
     ("chain, 1 draft", ["--block-size", "2", "--tree-nodes", "0"]),
     ("tree, 1 level + 1", ["--block-size", "2", "--tree-nodes", "1"]),
 ]
+
+MODE_SETS = {
+    "trees": MODES,
+    "draft-weights": [
+        ("plain", ["--no-draft"]),
+        ("drafter as stored", ["--draft-weights", "stored"]),
+        ("drafter at 4 bits", ["--draft-weights", "q4"]),
+    ],
+}
 
 
 def prompts(specd_bench, kinds):
@@ -69,14 +79,17 @@ def main():
                         choices=["draft-model", "hybrid", "ngram"],
                         help="how rounds draft: the draft model, prompt lookup in front of it, "
                              "or prompt lookup alone")
+    parser.add_argument("--modes", default="trees", choices=sorted(MODE_SETS),
+                        help="the tree and chain shapes, or the draft model's precision")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    modes = MODE_SETS[args.modes]
 
     rows = defaultdict(lambda: defaultdict(list))  # kind -> mode -> samples
     raw = []
     for kind, prompt in prompts(args.specd_bench, args.kinds):
         for rep in range(args.reps):
-            results = {name: generate(args, prompt, flags) for name, flags in MODES}
+            results = {name: generate(args, prompt, flags) for name, flags in modes}
             plain = results["plain"]
             plain_rate = plain["speed"]["decode_tokens_per_s"]
             for name, result in results.items():
@@ -91,7 +104,7 @@ def main():
                 rows[kind][name].append(sample)
                 raw.append({"kind": kind, "prompt": prompt, "rep": rep, "mode": name, **sample})
             print(f"{kind} rep {rep}: " + ", ".join(
-                f"{n} {rows[kind][n][-1]['speedup']:.2f}x" for n, _ in MODES), file=sys.stderr)
+                f"{n} {rows[kind][n][-1]['speedup']:.2f}x" for n, _ in modes), file=sys.stderr)
 
     with open(f"{args.out}/trees.json", "w") as f:
         json.dump(raw, f, indent=1)
@@ -100,7 +113,7 @@ def main():
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for kind, modes in rows.items():
-        for name, _ in MODES:
+        for name, _ in modes:
             samples = modes[name]
             tpr = statistics.mean(s["tokens_per_round"] for s in samples)
             speed = statistics.median(s["speedup"] for s in samples)

@@ -5,7 +5,8 @@
 #
 # Usage: tools/bench_trees.sh [OUT_DIR]
 # Environment: MAX_TOKENS (default 128), REPS (default 3), KINDS (e.g. prose,code; default
-#   all), DRAFT (draft-model, hybrid or ngram; default draft-model), SPECD_MODEL_DIR,
+#   all), DRAFT (draft-model, hybrid or ngram; default draft-model), MODES (trees, or
+#   draft-weights: the draft model as stored against at 4 bits), SPECD_MODEL_DIR,
 #   CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -17,6 +18,6 @@ note_machine "$out"
 python3 "$repo/tools/bench_trees.py" --specd "$specd" --specd-bench "$specd_bench" \
     --target "$target" --drafter "$drafter" \
     --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-3}" --kinds "${KINDS:-}" \
-    --draft "${DRAFT:-draft-model}" --out "$out"
+    --draft "${DRAFT:-draft-model}" --modes "${MODES:-trees}" --out "$out"
 note_load_after "$out"
 echo "bench_trees: results in $out" >&2

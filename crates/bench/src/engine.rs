@@ -458,6 +458,7 @@ mod tests {
             streamed_bytes: streamed,
             resident_bytes: streamed + 1,
             reencoded_tensors: 0,
+            narrowed_tensors: 0,
         }
     }
 

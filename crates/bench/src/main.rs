@@ -37,6 +37,7 @@ use self::engine::EngineReport;
 use self::prompts::Prompt;
 use self::report::ModeResult;
 use specd::device::{DTypeArg, DeviceArg};
+use specd::draft_weights::DraftWeights;
 use specd::generate::{self, EmbeddedDraft};
 use specd::text::{dir_text, gguf_text, PromptText};
 use specd::{embedded_draft_model, embedded_mtp, serve};
@@ -62,6 +63,9 @@ pub struct BenchArgs {
     /// Drafting to compare with plain decoding (default: mtp for Gemma 4, draft-model for GGUF).
     #[arg(long, value_enum)]
     pub draft: Option<EmbeddedDraft>,
+    /// The precision a GGUF draft model's matrices run in (see `specd generate`).
+    #[arg(long, value_enum, default_value_t = DraftWeights::default())]
+    pub draft_weights: DraftWeights,
     /// Verify block size while drafting.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=17))]
     pub block_size: u64,
@@ -201,8 +205,16 @@ fn load_prompts(args: &BenchArgs, encode: Option<Encode<'_>>) -> Result<Vec<Prom
 }
 
 /// A GGUF draft model on the engine whose kernels and costs the bench reports.
-fn gguf_draft_engine(path: &Path, device: &Device) -> Result<DraftModelEngine<Qwen2Model>> {
-    let model = Qwen2Model::load_with(path, device, &LoadOptions::default())
+fn gguf_draft_engine(
+    path: &Path,
+    device: &Device,
+    weights: DraftWeights,
+) -> Result<DraftModelEngine<Qwen2Model>> {
+    let options = LoadOptions {
+        precision: weights.into(),
+        ..LoadOptions::default()
+    };
+    let model = Qwen2Model::load_with(path, device, &options)
         .with_context(|| format!("loading the drafter from {}", path.display()))?;
     let name = path
         .file_name()
@@ -215,10 +227,11 @@ fn gguf_draft_engine(path: &Path, device: &Device) -> Result<DraftModelEngine<Qw
 fn gguf_draft_model(
     path: &Path,
     device: &Device,
+    weights: DraftWeights,
     vocab: usize,
 ) -> Result<specd::embedded_drafter::EmbeddedDrafter<DraftModelEngine<Qwen2Model>>> {
     Ok(embedded_draft_model::with_target(
-        gguf_draft_engine(path, device)?,
+        gguf_draft_engine(path, device, weights)?,
         vocab,
         DEFAULT_DRAFT_VOCAB,
         0,
@@ -299,13 +312,13 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
             let path = drafter_path(args)?;
             let embedded = Box::new(
-                gguf_draft_model(path, &device, vocab)
+                gguf_draft_model(path, &device, args.draft_weights, vocab)
                     .with_context(|| format!("loading the drafter from {}", path.display()))?,
             );
             let split = if args.no_split {
                 None
             } else {
-                let engine = gguf_draft_engine(path, &device)?;
+                let engine = gguf_draft_engine(path, &device, args.draft_weights)?;
                 Some(service_source(draft, servers::drafter(Arc::new(engine))?))
             };
             let embedded = match draft {
@@ -380,7 +393,7 @@ async fn sweep_gguf(
         let (name, embedded) = match draft {
             EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid => {
                 let path = drafter_path(args)?;
-                let dm = gguf_draft_model(path, &device, target.vocab_size())
+                let dm = gguf_draft_model(path, &device, args.draft_weights, target.vocab_size())
                     .with_context(|| format!("loading the drafter from {}", path.display()))?;
                 // One measurement of the draft model serves both of its sweep drafters.
                 if draft_step.is_none() {
@@ -445,14 +458,14 @@ async fn sweep_gguf(
         (0, _) | (_, None) => None,
         (tokens, Some(path)) => {
             let long = prompts::long_prompt(&|s| text.encode_raw(s), tokens)?;
-            let dm = gguf_draft_model(path, &device, target.vocab_size())
+            let dm = gguf_draft_model(path, &device, args.draft_weights, target.vocab_size())
                 .with_context(|| format!("loading the drafter from {}", path.display()))?;
             let verifier = LocalVerifier::new(target.clone(), VerifierLimits::default());
             let router = if args.no_split {
                 None
             } else {
-                let engine =
-                    gguf_draft_engine(path, &device)?.with_draft_vocab(DEFAULT_DRAFT_VOCAB);
+                let engine = gguf_draft_engine(path, &device, args.draft_weights)?
+                    .with_draft_vocab(DEFAULT_DRAFT_VOCAB);
                 let drafter_url = servers::drafter(Arc::new(engine))?;
                 let local = Arc::new(LocalVerifier::new(
                     target.clone(),

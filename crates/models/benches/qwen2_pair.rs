@@ -178,6 +178,7 @@ fn main() {
         let candle = LoadOptions {
             backend: Backend::Candle,
             warm_up: true,
+            ..LoadOptions::default()
         };
         for (name, path) in [("target", &target_path), ("drafter", &drafter_path)] {
             let model = load(path, &candle);

@@ -137,6 +137,7 @@ mod tests {
         LoadSpec {
             device: &candle_core::Device::Cpu,
             dtype: candle_core::DType::F32,
+            precision: crate::MatrixPrecision::Stored,
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::ValueEnum;
-use specd_models::{LoadSpec, ModelSource};
+use specd_models::{LoadSpec, MatrixPrecision, ModelSource};
 use specd_text::TargetText;
 use specd_verifier::{AnyTarget, TargetModel};
 
@@ -88,6 +88,7 @@ impl LoadedTarget {
             &LoadSpec {
                 device: &device,
                 dtype,
+                precision: MatrixPrecision::Stored,
             },
             text.as_ref().map(|t| t.eos_token_ids()),
         )
@@ -106,6 +107,7 @@ impl LoadedTarget {
         LoadSpec {
             device: &self.device,
             dtype: self.dtype,
+            precision: MatrixPrecision::Stored,
         }
     }
 

@@ -19,6 +19,7 @@ use specd_verifier::{LocalVerifier, TargetCarry, TargetModel, VerifierLimits, MA
 use crate::checkpoints::LoadedTarget;
 pub use crate::checkpoints::{detect, drafter_kind_of, not_a_drafter, not_a_target};
 use crate::device::ComputeArgs;
+use crate::draft_weights::DraftWeights;
 use crate::model_drafter::{DraftModelOptions, ModelDrafter};
 use crate::speed::{DecodeSpeed, ProbedVerifier};
 use crate::text::PromptText;
@@ -101,6 +102,11 @@ pub struct GenerateArgs {
     /// rows); 0: the whole vocabulary.
     #[arg(long, default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
     pub draft_vocab: usize,
+    /// The precision a GGUF draft model's matrices run in on CPU: `q4` re-encodes those
+    /// stored wider than 4.5 bits a weight at load, so each draft step streams fewer bytes
+    /// (the output is the target's either way).
+    #[arg(long, value_enum, default_value_t = DraftWeights::default())]
+    pub draft_weights: DraftWeights,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -226,6 +232,7 @@ pub fn run(mut args: GenerateArgs) -> Result<()> {
         ) => {
             let options = DraftModelOptions {
                 draft_vocab: args.draft_vocab,
+                weights: args.draft_weights,
                 prefix_cache_bytes: 0,
             };
             Some(ModelDrafter::load(path, kind, &target, options)?)

@@ -7,6 +7,7 @@
 pub mod checkpoints;
 pub mod device;
 pub mod draft;
+pub mod draft_weights;
 mod drafting_thread;
 pub mod embedded_draft_model;
 pub mod embedded_drafter;

@@ -5,10 +5,11 @@ use std::path::Path;
 
 use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
 use specd_drafter::{DraftModelEngine, EngineError, MtpEngine};
-use specd_models::AnyLm;
+use specd_models::{AnyLm, LoadSpec};
 use specd_verifier::TargetCarry;
 
 use crate::checkpoints::{check_drafter, drafter_checkpoint, LoadedTarget};
+use crate::draft_weights::DraftWeights;
 use crate::embedded_drafter::EmbeddedDrafter;
 use crate::generate::EmbeddedDraft;
 use crate::{embedded_draft_model, embedded_mtp};
@@ -18,11 +19,12 @@ pub enum ModelDrafter {
     DraftModel(EmbeddedDrafter<DraftModelEngine<AnyLm>>),
 }
 
-/// How a draft model drafts: ids below `draft_vocab` only (0: every id), keeping
-/// `prefix_cache_bytes` of closed sessions' K/V for later ones.
+/// How a draft model drafts: ids below `draft_vocab` only (0: every id), its matrices held
+/// as `weights` says, keeping `prefix_cache_bytes` of closed sessions' K/V for later ones.
 #[derive(Debug, Clone, Copy)]
 pub struct DraftModelOptions {
     pub draft_vocab: usize,
+    pub weights: DraftWeights,
     pub prefix_cache_bytes: usize,
 }
 
@@ -47,7 +49,10 @@ impl ModelDrafter {
             }
             _ => embedded_draft_model::load(
                 &source,
-                &spec,
+                &LoadSpec {
+                    precision: options.weights.into(),
+                    ..spec
+                },
                 target.vocab_size(),
                 options.draft_vocab,
                 options.prefix_cache_bytes,

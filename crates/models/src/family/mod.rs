@@ -15,6 +15,7 @@ use candle_core::{DType, Device};
 pub use any_lm::{AnyCache, AnyLm};
 
 use crate::error::{ModelError, Result};
+use crate::precision::MatrixPrecision;
 
 /// One family the crate runs.
 #[derive(Debug)]
@@ -68,6 +69,9 @@ pub struct LoadSpec<'a> {
     /// The activation and weight dtype of families that take one (safetensors checkpoints);
     /// the GGUF engine keeps its file's formats.
     pub dtype: DType,
+    /// The precision the CPU engine runs a GGUF decoder's matrices in: a draft model may
+    /// run narrower than its file, a target never does.
+    pub precision: MatrixPrecision,
 }
 
 /// A loaded causal LM and the end-of-sequence ids its config names (empty where the family

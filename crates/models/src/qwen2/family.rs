@@ -20,8 +20,11 @@ pub static FAMILY: Family = Family {
 };
 
 fn load(path: &Path, spec: &LoadSpec<'_>) -> Result<LoadedLm> {
-    let model = Qwen2Model::load_with(path, spec.device, &LoadOptions::default())
-        .map_err(ModelError::from)?;
+    let options = LoadOptions {
+        precision: spec.precision,
+        ..LoadOptions::default()
+    };
+    let model = Qwen2Model::load_with(path, spec.device, &options).map_err(ModelError::from)?;
     Ok(LoadedLm {
         model: AnyLm::new(model),
         eos_token_ids: Vec::new(),

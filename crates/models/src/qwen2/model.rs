@@ -17,6 +17,7 @@ use crate::causal_lm::{top_two_with, CausalLm, OutputRows, PrefixReuse, SeqBlock
 use crate::cpu::Span;
 use crate::error::ModelError;
 use crate::gguf::{GgufError, GgufFile};
+use crate::precision::MatrixPrecision;
 
 /// Which implementation runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +36,8 @@ pub struct LoadOptions {
     /// With candle: run two tokens through the model at load time, so that candle's
     /// one-time weight repacking happens before the first request.
     pub warm_up: bool,
+    /// The precision the CPU engine runs the matrices in (candle runs them as stored).
+    pub precision: MatrixPrecision,
 }
 
 /// What the CPU engine runs with.
@@ -49,6 +52,8 @@ pub struct EngineInfo {
     pub resident_bytes: usize,
     /// Matmul weights stored in a format without a native kernel, re-encoded at load.
     pub reencoded_tensors: usize,
+    /// Matmul weights re-encoded narrower at load ([`LoadOptions::precision`]).
+    pub narrowed_tensors: usize,
 }
 
 /// One sequence of a batched forward: its new tokens and its cache.
@@ -92,9 +97,11 @@ impl Qwen2Model {
         let mut config = Qwen2Config::from_metadata(gguf.metadata(), vocab_size)?;
         config.rope_freq_factors = super::config::rope_freq_factors(gguf, config.head_dim / 2)?;
         let runner = match options.backend {
-            Backend::Auto if device.is_cpu() => {
-                Runner::Engine(Box::new(Engine::load(gguf, config.clone())?))
-            }
+            Backend::Auto if device.is_cpu() => Runner::Engine(Box::new(Engine::load(
+                gguf,
+                config.clone(),
+                options.precision,
+            )?)),
             _ => Runner::Candle(Box::new(CandleQwen2::load(gguf, &config, device)?)),
         };
         let model = Self {
@@ -116,6 +123,7 @@ impl Qwen2Model {
             kernels = info.as_ref().map_or("candle", |i| i.kernels),
             threads = info.as_ref().map(|i| i.threads),
             weight_bytes = info.as_ref().map(|i| i.resident_bytes),
+            narrowed = info.as_ref().map(|i| i.narrowed_tensors),
             elapsed_ms = started.elapsed().as_millis() as u64,
             architecture = model.config.architecture.name,
             "loaded GGUF decoder"
@@ -140,6 +148,7 @@ impl Qwen2Model {
                 streamed_bytes: e.streamed_bytes(),
                 resident_bytes: e.resident_bytes(),
                 reencoded_tensors: e.reencoded(),
+                narrowed_tensors: e.narrowed(),
             }),
             Runner::Candle(_) => None,
         }

@@ -4,9 +4,13 @@
 
 use std::collections::HashMap;
 
-use crate::qwen2_support::{compare, tiny_tensors, Rng, TempGguf, TinyLayout, TinySpec};
+use crate::qwen2_support::{
+    compare, tiny_tensors, write_tiny_gguf_with, Rng, TempGguf, TinyLayout, TinySpec,
+};
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor, D};
 use specd_models::qwen2::{Backend, BlockRow, LoadOptions, Qwen2Error, Qwen2Model};
+use specd_models::MatrixPrecision;
 
 fn load(file: &TempGguf) -> Qwen2Model {
     Qwen2Model::load(file.path(), &Device::Cpu).unwrap()
@@ -367,6 +371,7 @@ fn candle_backend_agrees_with_the_engine() {
         let options = LoadOptions {
             backend: Backend::Candle,
             warm_up: false,
+            ..LoadOptions::default()
         };
         let candle = Qwen2Model::load_with(file.path(), &Device::Cpu, &options).unwrap();
         assert!(candle.engine_info().is_none());
@@ -422,6 +427,7 @@ fn formats_without_a_native_kernel_are_reencoded_and_stay_close() {
     let options = LoadOptions {
         backend: Backend::Candle,
         warm_up: false,
+        ..LoadOptions::default()
     };
     let candle = Qwen2Model::load_with(file.path(), &Device::Cpu, &options).unwrap();
     let tokens = Rng::new(21).tokens(10, spec.vocab);
@@ -437,6 +443,73 @@ fn formats_without_a_native_kernel_are_reencoded_and_stay_close() {
         max_diff < 0.05 * scale,
         "re-encoding moved logits by {max_diff}"
     );
+}
+
+/// A matrix as `MatrixPrecision::FourBit` holds it: stored wider than 4.5 bits a weight,
+/// decoded and encoded again as Q4_K (rows of whole 256-value blocks) or Q4_0.
+fn four_bit(name: &str, stored: QTensor) -> QTensor {
+    let matrix = stored.shape().dims().len() == 2 && name != "token_embd.weight";
+    let inp = *stored.shape().dims().last().unwrap();
+    let bits = |d: GgmlDType| (d.type_size() * 8) as f64 / d.block_size() as f64;
+    let four = if inp.is_multiple_of(256) {
+        GgmlDType::Q4K
+    } else {
+        GgmlDType::Q4_0
+    };
+    if !matrix || bits(stored.dtype()) <= bits(four) {
+        return stored;
+    }
+    let dense = stored.dequantize(&Device::Cpu).unwrap();
+    QTensor::quantize(&dense, four).unwrap()
+}
+
+#[test]
+fn four_bit_matrices_run_as_a_file_stored_at_four_bits_would() {
+    // Mixed: Q5_0, Q8_0 and F32 matrices become Q4_0 (5 a layer and the head; attn_k and
+    // ffn_gate are Q4_0 already). K-quants: Q6_K and Q8_0 become Q4_K, and so does the Q5_0 up
+    // projection (3 a layer and the head).
+    for (spec, narrowed) in [(TinySpec::default(), 5), (TinySpec::k_quants(), 3)] {
+        let tag = format!("four-bit-{:?}", spec.layout);
+        let file = TempGguf::tiny(&tag, &spec);
+        let stored_at_four = TempGguf(std::env::temp_dir().join(format!(
+            "specd-qwen2-{tag}-stored-{}.gguf",
+            std::process::id()
+        )));
+        write_tiny_gguf_with(stored_at_four.path(), &spec, &four_bit);
+        let options = LoadOptions {
+            precision: MatrixPrecision::FourBit,
+            ..LoadOptions::default()
+        };
+        let four = Qwen2Model::load_with(file.path(), &Device::Cpu, &options).unwrap();
+        let stored = load(&file);
+        let reference = load(&stored_at_four);
+        let info = four.engine_info().unwrap();
+        assert_eq!(
+            info.narrowed_tensors,
+            narrowed * spec.layers + 1,
+            "{info:?}"
+        );
+        assert_eq!(stored.engine_info().unwrap().narrowed_tensors, 0);
+        assert_eq!(
+            info.streamed_bytes,
+            reference.engine_info().unwrap().streamed_bytes
+        );
+        assert!(
+            info.streamed_bytes < stored.engine_info().unwrap().streamed_bytes,
+            "{info:?}"
+        );
+        let tokens = Rng::new(5).tokens(12, spec.vocab);
+        let run = |model: &Qwen2Model| {
+            let mut cache = model.new_cache().unwrap();
+            model.forward_block(&tokens, &mut cache).unwrap()
+        };
+        let (differing, max_diff) = compare(&run(&four), &run(&reference));
+        assert_eq!(
+            differing, 0,
+            "{:?}: narrowed at load vs stored at four bits: max diff {max_diff:e}",
+            spec.layout
+        );
+    }
 }
 
 #[test]

@@ -204,6 +204,7 @@ fn the_candle_path_verifies_trees_and_keeps_paths() {
     let options = LoadOptions {
         backend: Backend::Candle,
         warm_up: false,
+        ..LoadOptions::default()
     };
     let candle = Qwen2Model::load_with(file.path(), &Device::Cpu, &options).unwrap();
     assert!(candle.engine_info().is_none() && candle.supports_trees());

@@ -10,12 +10,13 @@ use clap::Args;
 use specd_drafter::{
     serve, DraftEngine, DraftModelEngine, DrafterServerConfig, DrafterService, MtpEngine,
 };
-use specd_models::{LoadSpec, ModelSource};
+use specd_models::{LoadSpec, MatrixPrecision, ModelSource};
 
 use super::listen::{bind, shutdown_signal};
 use super::ServiceArgs;
 use crate::checkpoints::{detect, drafter_checkpoint};
 use crate::device::ComputeArgs;
+use crate::draft_weights::DraftWeights;
 use crate::generate::EmbeddedDraft;
 
 #[derive(Args, Debug)]
@@ -54,6 +55,11 @@ pub struct DrafterArgs {
     /// rows); 0: the whole vocabulary.
     #[arg(long, env = "SPECD_DRAFT_VOCAB", default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
     pub draft_vocab: usize,
+    /// The precision a GGUF draft model's matrices run in on CPU: `q4` re-encodes those
+    /// stored wider than 4.5 bits a weight at load, so each draft step streams fewer bytes
+    /// (the output is the target's either way).
+    #[arg(long, env = "SPECD_DRAFT_WEIGHTS", value_enum, default_value_t = DraftWeights::default())]
+    pub draft_weights: DraftWeights,
     /// A GGUF draft model keeps this many bytes of closed sessions' K/V, so that a session
     /// whose context starts the same way (a conversation's next turn) prefills only the
     /// rest; 0 switches it off. Sessions use it only within their request's scope.
@@ -77,6 +83,7 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
     let spec = LoadSpec {
         device: &device,
         dtype: args.compute.dtype(),
+        precision: MatrixPrecision::Stored,
     };
     let loading = || format!("loading the drafter from {}", args.drafter.display());
     let (source, kind) = drafter_checkpoint(&args.drafter)?;
@@ -98,6 +105,10 @@ pub async fn run(args: DrafterArgs) -> Result<()> {
                     args.target.display()
                 );
             }
+            let spec = LoadSpec {
+                precision: args.draft_weights.into(),
+                ..spec
+            };
             let engine = DraftModelEngine::load(&source, &spec, DRAFT_MODEL_MAX_DRAFT_TOKENS)
                 .with_context(loading)?
                 .with_draft_vocab(args.draft_vocab)

@@ -24,6 +24,7 @@ use super::verifier::{dir_name, SequenceArgs};
 use super::ServiceArgs;
 use crate::checkpoints::{drafter_kind_of, LoadedTarget};
 use crate::device::ComputeArgs;
+use crate::draft_weights::DraftWeights;
 use crate::generate::EmbeddedDraft;
 use crate::model_drafter::{DraftModelOptions, ModelDrafter};
 
@@ -46,6 +47,11 @@ pub struct OneProcessArgs {
     /// A GGUF draft model proposes only token ids below this (0: every id).
     #[arg(long, default_value_t = specd_drafter::DEFAULT_DRAFT_VOCAB)]
     pub draft_vocab: usize,
+    /// The precision a GGUF draft model's matrices run in on CPU: `q4` re-encodes those
+    /// stored wider than 4.5 bits a weight at load, so each draft step streams fewer bytes
+    /// (the output is the target's either way).
+    #[arg(long, value_enum, default_value_t = DraftWeights::default())]
+    pub draft_weights: DraftWeights,
     /// Bytes of closed sessions' K/V a GGUF draft model keeps for later sessions (0: none).
     #[arg(long, default_value_t = DEFAULT_DRAFTER_PREFIX_CACHE_BYTES)]
     pub drafter_prefix_cache_bytes: usize,
@@ -72,6 +78,7 @@ pub async fn run(args: OneProcessArgs) -> Result<()> {
         Some(kind @ (EmbeddedDraft::Mtp | EmbeddedDraft::DraftModel | EmbeddedDraft::Hybrid)) => {
             let options = DraftModelOptions {
                 draft_vocab: args.draft_vocab,
+                weights: args.draft_weights,
                 prefix_cache_bytes: args.drafter_prefix_cache_bytes,
             };
             let drafter = drafter_path(&args, kind)?;

@@ -106,6 +106,31 @@ fn speculative_output_equals_plain_output_on_the_real_pair() {
             accepted > 0,
             "the 0.5B drafter should get drafts accepted: {spec}"
         );
+        // The drafter's matrices re-encoded to 4 bits draft differently, and the output is
+        // still the target's.
+        let q4 = generate(
+            &target,
+            prompt,
+            &[
+                &[
+                    "--draft",
+                    "draft-model",
+                    "--drafter",
+                    drafter,
+                    "--draft-weights",
+                    "q4",
+                    "--block-size",
+                    block,
+                ],
+                sampling,
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            &q4["tokens"], tokens,
+            "q4 drafter output differs for {prompt:?}"
+        );
+        assert!(q4["stats"]["accepted"].as_u64().unwrap() > 0, "{q4}");
         let ngram = generate(
             &target,
             prompt,

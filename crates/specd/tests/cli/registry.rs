@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use specd::checkpoints::{drafter_kind_of, LoadedTarget};
 use specd::device::{ComputeArgs, DTypeArg, DeviceArg};
+use specd::draft_weights::DraftWeights;
 use specd::generate::EmbeddedDraft;
 use specd::model_drafter::{DraftModelOptions, ModelDrafter};
 use specd_core::{
@@ -143,6 +144,7 @@ async fn a_family_registered_at_run_time_is_a_target_and_a_draft_model() {
     assert!(!loaded.exports_kv());
     let options = DraftModelOptions {
         draft_vocab: 0,
+        weights: DraftWeights::default(),
         prefix_cache_bytes: 0,
     };
     let model_drafter =

@@ -16,6 +16,7 @@ use super::config::Qwen2Config;
 use super::error::Result;
 use crate::blocks::rope::RotaryTable;
 use crate::gguf::GgufFile;
+use crate::precision::MatrixPrecision;
 use forward::Workspace;
 use weights::Weights;
 
@@ -45,9 +46,13 @@ impl AsRef<KvBuffers> for EngineRow<'_> {
 }
 
 impl Engine {
-    pub(crate) fn load(gguf: &GgufFile, config: Qwen2Config) -> Result<Self> {
+    pub(crate) fn load(
+        gguf: &GgufFile,
+        config: Qwen2Config,
+        precision: MatrixPrecision,
+    ) -> Result<Self> {
         let pool = ThreadPool::global();
-        let weights = Weights::load(gguf, &config, pool)?;
+        let weights = Weights::load(gguf, &config, precision, pool)?;
         Ok(Self {
             rope: config.rotary_table(),
             config,
@@ -68,6 +73,10 @@ impl Engine {
 
     pub(crate) fn reencoded(&self) -> usize {
         self.weights.reencoded
+    }
+
+    pub(crate) fn narrowed(&self) -> usize {
+        self.weights.narrowed
     }
 
     pub(crate) fn streamed_bytes(&self) -> usize {

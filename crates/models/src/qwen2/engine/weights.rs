@@ -11,6 +11,7 @@ use super::super::config::{Qwen2Config, RotaryPairs};
 use super::super::error::{Qwen2Error, Result};
 use super::super::rotary_rows::halves_from_adjacent;
 use crate::gguf::{GgufError, GgufFile};
+use crate::precision::MatrixPrecision;
 
 /// A token embedding kept in its stored format; rows are decoded one at a time.
 pub(crate) struct EmbeddingTable {
@@ -41,6 +42,8 @@ pub(crate) struct Weights {
     pub head: PackedMatrix,
     /// Matmul weights stored in a format without a native kernel, re-encoded at load.
     pub reencoded: usize,
+    /// Matmul weights re-encoded narrower at load, as [`MatrixPrecision`] asked.
+    pub narrowed: usize,
 }
 
 fn load_error(name: &str, message: impl std::fmt::Display) -> Qwen2Error {
@@ -55,10 +58,32 @@ struct Loader<'a> {
     gguf: &'a GgufFile,
     config: &'a Qwen2Config,
     pool: &'a ThreadPool,
+    precision: MatrixPrecision,
     reencoded: usize,
+    narrowed: usize,
 }
 
 impl<'a> Loader<'a> {
+    /// A matmul weight's bytes in a format with a native kernel, in the precision the model
+    /// was asked to run in: see [`Loader::native`] and [`MatrixPrecision`].
+    fn matmul_weight(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+    ) -> Result<(WeightFormat, Cow<'a, [u8]>)> {
+        let (format, bytes) = self.native(name, dims)?;
+        let inp = dims[dims.len() - 1];
+        match self.precision.narrower(format, inp) {
+            None => Ok((format, bytes)),
+            Some(target) => {
+                let encoded = self.encode(name, format.ggml(), dims, &bytes, target)?;
+                tracing::debug!(tensor = name, from = ?format, to = ?target, "re-encoded to the requested precision");
+                self.narrowed += 1;
+                Ok((target, Cow::Owned(encoded)))
+            }
+        }
+    }
+
     /// A weight's bytes in a format with a native kernel: borrowed from the file as
     /// stored, or re-encoded (Q8_0 where rows are whole 32-value blocks, else F32).
     fn native(&mut self, name: &str, dims: &[usize]) -> Result<(WeightFormat, Cow<'a, [u8]>)> {
@@ -69,39 +94,49 @@ impl<'a> Loader<'a> {
                 return Ok((format, Cow::Borrowed(raw.bytes)));
             }
         }
-        let wrap = |source| Qwen2Error::Requantize {
-            name: name.to_string(),
-            from: raw.dtype,
-            source,
-        };
-        let stored = QTensor::new(
-            QStorage::from_data(Cow::Borrowed(raw.bytes), &Device::Cpu, raw.dtype).map_err(wrap)?,
-            dims.to_vec(),
-        )
-        .map_err(wrap)?;
-        let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
         let target = if inp.is_multiple_of(32) {
             WeightFormat::Q8_0
         } else {
             WeightFormat::F32
         };
-        let encoded = QTensor::quantize(&dense, target.ggml()).map_err(wrap)?;
+        let encoded = self.encode(name, raw.dtype, dims, raw.bytes, target)?;
         tracing::info!(tensor = name, from = ?raw.dtype, to = ?target, "no native CPU kernel for this format; re-encoded");
         self.reencoded += 1;
-        Ok((
-            target,
-            Cow::Owned(encoded.data().map_err(wrap)?.into_owned()),
-        ))
+        Ok((target, Cow::Owned(encoded)))
+    }
+
+    /// `bytes` of a `from` tensor decoded and encoded again as `target`.
+    fn encode(
+        &self,
+        name: &str,
+        from: candle_core::quantized::GgmlDType,
+        dims: &[usize],
+        bytes: &[u8],
+        target: WeightFormat,
+    ) -> Result<Vec<u8>> {
+        let wrap = |source| Qwen2Error::Requantize {
+            name: name.to_string(),
+            from,
+            source,
+        };
+        let stored = QTensor::new(
+            QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, from).map_err(wrap)?,
+            dims.to_vec(),
+        )
+        .map_err(wrap)?;
+        let dense = stored.dequantize(&Device::Cpu).map_err(wrap)?;
+        let encoded = QTensor::quantize(&dense, target.ggml()).map_err(wrap)?;
+        Ok(encoded.data().map_err(wrap)?.into_owned())
     }
 
     fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
-        let (format, bytes) = self.native(name, &[out, inp])?;
+        let (format, bytes) = self.matmul_weight(name, &[out, inp])?;
         self.pack(name, format, out, inp, bytes)
     }
 
     /// A Q or K projection, its rows in the halves order the rotary embedding rotates.
     fn rotary_matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<PackedMatrix> {
-        let (format, bytes) = self.native(name, &[out, inp])?;
+        let (format, bytes) = self.matmul_weight(name, &[out, inp])?;
         let bytes = match self.config.rotary_pairs() {
             RotaryPairs::Halves => bytes,
             RotaryPairs::Adjacent => {
@@ -135,8 +170,8 @@ impl<'a> Loader<'a> {
             format!("blk.{layer}.ffn_gate.weight"),
             format!("blk.{layer}.ffn_up.weight"),
         ];
-        let (gate_format, gate) = self.native(&names[0], &[out, inp])?;
-        let (up_format, up) = self.native(&names[1], &[out, inp])?;
+        let (gate_format, gate) = self.matmul_weight(&names[0], &[out, inp])?;
+        let (up_format, up) = self.matmul_weight(&names[1], &[out, inp])?;
         let pool = self.pool;
         let packed = if gate_format == up_format {
             PackedMatrix::interleaved_from_gguf(gate_format, out, inp, [&gate, &up], pool)
@@ -201,12 +236,19 @@ impl<'a> Loader<'a> {
 }
 
 impl Weights {
-    pub(crate) fn load(gguf: &GgufFile, config: &Qwen2Config, pool: &ThreadPool) -> Result<Self> {
+    pub(crate) fn load(
+        gguf: &GgufFile,
+        config: &Qwen2Config,
+        precision: MatrixPrecision,
+        pool: &ThreadPool,
+    ) -> Result<Self> {
         let mut l = Loader {
             gguf,
             config,
             pool,
+            precision,
             reencoded: 0,
+            narrowed: 0,
         };
         let (hidden, kv, ffn, vocab) = (
             config.hidden_size,
@@ -247,6 +289,7 @@ impl Weights {
             output_norm,
             head,
             reencoded: l.reencoded,
+            narrowed: l.narrowed,
         })
     }
 

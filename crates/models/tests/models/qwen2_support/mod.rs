@@ -270,6 +270,12 @@ pub fn adjacent_rotary_pairs(t: &Tensor, head_dim: usize) -> Tensor {
 
 /// Writes the tiny model as GGUF at `path`.
 pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
+    write_tiny_gguf_with(path, spec, &|_, stored| stored);
+}
+
+/// [`write_tiny_gguf`], each tensor passed through `then` (its name, as stored) before it is
+/// written.
+pub fn write_tiny_gguf_with(path: &Path, spec: &TinySpec, then: &dyn Fn(&str, QTensor) -> QTensor) {
     let u32v = |v: usize| Value::U32(v as u32);
     let arch = if spec.llama_layout { "llama" } else { "qwen2" };
     let key = |name: &str| format!("{arch}.{name}");
@@ -304,6 +310,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinySpec) {
                 t
             };
             let q = QTensor::quantize(&t, spec.dtype(&name)).unwrap();
+            let q = then(&name, q);
             (name, q)
         })
         .collect();
