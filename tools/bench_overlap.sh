@@ -5,9 +5,10 @@
 # a new user starts them (PLACEMENT=shared); and five routers over them: --overlap on (the
 # drafter pre-drafts the next round while the verifier verifies, assuming every draft is
 # accepted), the same with --predraft-branches (it also pre-drafts the likeliest rejections,
-# batched in the same forwards), --overlap off (sequential rounds), --overlap auto (the
-# default: pre-drafting while the router measures that it pays) and --draft hybrid with
-# --overlap auto (prompt lookup in the router for rounds that copy earlier text). Plain
+# batched in the same forwards), --overlap off (sequential rounds) and --overlap auto
+# (pre-drafting while the router measures that it pays), all four drafting with the services
+# alone (--draft drafters), and the router's defaults, --draft hybrid with --overlap auto
+# (prompt lookup in the router for rounds that copy earlier text). Plain
 # decoding runs on the verifier's core alone (speculation switched off per request). Every
 # prompt of the built-in code, prose and edit set goes through each mode over the routers'
 # OpenAI-compatible HTTP API; decode tokens/s per verifier core come from the router's own
@@ -49,7 +50,9 @@ drafter_addr=$addr
 for mode in on:0 branched:$branches off:0 auto:$branches hybrid:$branches; do
     name=${mode%%:*}
     overlap=on
-    drafting=()
+    # Every router but the hybrid one drafts with the services alone (--draft drafters), so
+    # the columns compare overlap modes and the hybrid column adds the lookup front alone.
+    drafting=(--draft drafters)
     case $name in
         off | auto) overlap=$name ;;
         hybrid) overlap=auto drafting=(--draft hybrid) ;;
