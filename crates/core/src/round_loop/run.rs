@@ -420,6 +420,7 @@ where
                 verify_time,
                 forward: verified.forward,
                 accepted: verified.accepted,
+                beside_open: opening,
             });
         } else {
             // Forced drafts tell nothing of the drafter; only the counts keep them.
