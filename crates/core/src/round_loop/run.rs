@@ -311,7 +311,8 @@ where
         if let Some(open) = opening.as_mut() {
             let polled = std::future::poll_fn(|cx| Poll::Ready(open.future.as_mut().poll(cx)));
             if let Poll::Ready(outcome) = polled.await {
-                self.opened(outcome, open.started);
+                let done = self.clock.now();
+                self.opened(outcome, open.started, done);
                 *opening = None;
             }
         }
@@ -319,13 +320,17 @@ where
             return observe::round(self.round, self.round(false)).await;
         };
         let mut opened = None;
+        // The open's time ends when it completes, not when the round beside it does: a
+        // short prompt's open would otherwise take a whole round's time and price every
+        // prompt token of a later, longer prompt as dear.
+        let clock = self.clock;
         let step = {
             let mut round = std::pin::pin!(observe::round(self.round, self.round(true)));
             std::future::poll_fn(|cx| {
                 // Driven beside the round, for drafters whose open progresses only when polled.
                 if opened.is_none() {
                     if let Poll::Ready(outcome) = open.future.as_mut().poll(cx) {
-                        opened = Some(outcome);
+                        opened = Some((outcome, clock.now()));
                     }
                 }
                 round.as_mut().poll(cx)
@@ -333,8 +338,8 @@ where
             .await
         };
         let done = opened.is_some();
-        if let Some(outcome) = opened {
-            self.opened(outcome, open.started);
+        if let Some((outcome, done)) = opened {
+            self.opened(outcome, open.started, done);
         }
         // Speculation may also have ended during the open (its session is then already
         // being closed).
@@ -345,10 +350,22 @@ where
     }
 
     /// Books the outcome of the drafter session's open.
-    fn opened(&mut self, outcome: Result<(), D::Error>, started: std::time::Instant) {
+    fn opened(
+        &mut self,
+        outcome: Result<(), D::Error>,
+        started: std::time::Instant,
+        done: std::time::Instant,
+    ) {
         match outcome {
             Ok(()) => {
-                let time = self.clock.now().saturating_duration_since(started);
+                let time = done.saturating_duration_since(started);
+                debug!(
+                    seq = %self.request.seq,
+                    prompt = self.request.prompt_ids.len(),
+                    cached = self.stats.cached_prompt_tokens,
+                    ms = time.as_secs_f64() * 1e3,
+                    "drafter session opened"
+                );
                 self.planner
                     .record_open(self.request.prompt_ids.len(), time);
             }
