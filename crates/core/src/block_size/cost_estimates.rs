@@ -79,6 +79,18 @@ impl CostEstimates {
         }
     }
 
+    /// Records whether draft `position` (from 1) was accepted in a round that accepted
+    /// every draft before it.
+    pub fn record_position(&mut self, position: usize, hit: bool, weight: f64) {
+        let Some(index) = position.min(MAX_TRACKED_BLOCK).checked_sub(1) else {
+            return;
+        };
+        if self.acceptance.len() <= index {
+            self.acceptance.resize(index + 1, Ewma::default());
+        }
+        self.acceptance[index].update(if hit { 1.0 } else { 0.0 }, weight);
+    }
+
     /// Sets the acceptance of draft positions `1..=rates.len()` (each a probability), as
     /// if measured: a request starts from what earlier requests showed.
     pub fn seed_acceptance(&mut self, rates: &[f64]) {

@@ -7,7 +7,11 @@
 //! speculation is then off, the drafter session stays open and receives the carries later.
 //! While off, a speculative probe runs after 8 plain rounds, then 16, 32, … up to
 //! [`MAX_BACKOFF`]; it re-measures draft cost and acceptance, and speculation comes back as
-//! soon as it is cheaper again. The policy holds no clock: the round loop measures.
+//! soon as it is cheaper again. While on below `upper`, one round in
+//! [`INITIAL_EXPLORE_EVERY`] (doubling up to [`MAX_EXPLORE_EVERY`] while it changes nothing)
+//! drafts one more than the cheapest size, so that the acceptance past the chosen block is
+//! measured by this request and not only taken from earlier ones. The policy holds no
+//! clock: the round loop measures.
 
 use std::time::Duration;
 
@@ -27,6 +31,14 @@ pub const PROBE_ROUNDS: u32 = 2;
 /// Draft calls measured before speculation may switch off (the first calls of a session
 /// often pay one-off setup).
 pub const MIN_DRAFT_SAMPLES: u64 = 3;
+/// Rounds at a size below the allowed one before a round drafts one more, so that the
+/// acceptance of the position after the chosen block is measured again: a request that
+/// started from what other requests showed (prose, say) would otherwise never learn that
+/// its own deeper drafts are accepted (an edit that copies its prompt).
+pub const INITIAL_EXPLORE_EVERY: u32 = 4;
+/// Most rounds between two such explorations: each one that does not make a larger block
+/// pay doubles the wait.
+pub const MAX_EXPLORE_EVERY: u32 = 64;
 
 /// What one round cost and yielded, as measured by the round loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +111,12 @@ pub struct CostAwarePolicy {
     state: State,
     /// Plain rounds before the next probe once a probe fails.
     backoff: u32,
+    /// Rounds between two explorations of the position after the chosen block.
+    explore_every: u32,
+    /// Rounds since the last exploration.
+    since_explore: u32,
+    /// The block size the last round explored beyond, until the next plan judges it.
+    explored_from: Option<usize>,
 }
 
 impl Default for CostAwarePolicy {
@@ -114,6 +132,9 @@ impl CostAwarePolicy {
             estimates: CostEstimates::default(),
             state: State::On,
             backoff: INITIAL_BACKOFF,
+            explore_every: INITIAL_EXPLORE_EVERY,
+            since_explore: 0,
+            explored_from: None,
         }
     }
 
@@ -190,8 +211,30 @@ impl CostAwarePolicy {
                 self.switch_off();
                 RoundPlan::plain(true)
             }
-            Some(block) => RoundPlan::allowed(block),
+            Some(block) => RoundPlan::allowed(self.explore_beyond(block, upper)),
         }
+    }
+
+    /// `block`, or one more when it is time to measure the position after it again.
+    fn explore_beyond(&mut self, block: usize, upper: usize) -> usize {
+        if let Some(from) = self.explored_from.take() {
+            self.explore_every = if block > from {
+                INITIAL_EXPLORE_EVERY
+            } else {
+                self.explore_every.saturating_mul(2).min(MAX_EXPLORE_EVERY)
+            };
+        }
+        if block >= upper {
+            self.since_explore = 0;
+            return block;
+        }
+        self.since_explore += 1;
+        if self.since_explore < self.explore_every {
+            return block;
+        }
+        self.since_explore = 0;
+        self.explored_from = Some(block);
+        block + 1
     }
 
     /// Off, counting this round as the first of `backoff` plain rounds.
@@ -222,7 +265,18 @@ impl CostAwarePolicy {
         let e = &mut self.estimates;
         e.record_verify(round.verified, round.verify_time, weight);
         let drafted = round.verified.saturating_sub(1);
-        e.record_acceptance(drafted, round.accepted.min(drafted), weight);
+        let accepted = round.accepted.min(drafted);
+        match self.explored_from {
+            Some(from) if drafted >= from => {
+                // The chosen block's positions count as in any round; the explored one is
+                // rarely measured, so its sample counts as a probe's.
+                e.record_acceptance(from - 1, accepted.min(from - 1), weight);
+                if accepted + 1 >= from {
+                    e.record_position(from, accepted >= from, PROBE_WEIGHT);
+                }
+            }
+            _ => e.record_acceptance(drafted, accepted, weight),
+        }
         let mut clean_draft = false;
         if let Some(draft) = round.draft.filter(|d| d.steps > 0) {
             // A catch-up call bounds the step cost from above: only a cheaper one tells
@@ -496,6 +550,65 @@ mod tests {
         // Position 1 always accepted, later ones never: only the first draft pays.
         let out = plans(&mut p, 40, 6, steep, |d| d.min(1));
         assert_eq!(out.last().unwrap().block_size, 2, "{out:?}");
+    }
+
+    /// Estimates learned from prose (the first draft accepted in 7 rounds of 10, the second
+    /// in 1.5 given the first, the third in 1) for a request that copies its prompt and
+    /// accepts every draft: one draft a round looks cheapest at first (34.7 ms a token
+    /// against 42 for two), and only measuring the second position again shows that the
+    /// full block pays.
+    #[test]
+    fn a_request_easier_than_the_learned_ones_grows_its_block() {
+        let costs = Costs {
+            base_ms: 38,
+            per_token_ms: 4,
+            draft_step_ms: 13,
+        };
+        let ms = Duration::from_millis;
+        let mut learned = CostEstimates::default();
+        learned.seed_acceptance(&[0.7, 0.15, 0.1]);
+        learned.record_draft(1, ms(costs.draft_step_ms), 1.0);
+        for block in 1..=4u64 {
+            let verify = costs.base_ms + costs.per_token_ms * block;
+            learned.record_verify(block as usize, ms(verify), 1.0);
+        }
+        let mut p = CostAwarePolicy::with_estimates(learned);
+        let sizes: Vec<usize> = plans(&mut p, 40, 4, costs, all)
+            .iter()
+            .map(|plan| plan.block_size)
+            .collect();
+        assert_eq!(sizes[0], 2, "{sizes:?}");
+        assert!(sizes[24..].iter().all(|&b| b == 4), "{sizes:?}");
+    }
+
+    /// The same estimates for a request that accepts no draft past the first: each
+    /// measurement of the second position confirms one draft, and they grow rarer.
+    #[test]
+    fn explorations_that_do_not_pay_grow_rare() {
+        let costs = Costs {
+            base_ms: 38,
+            per_token_ms: 4,
+            draft_step_ms: 13,
+        };
+        let ms = Duration::from_millis;
+        let mut learned = CostEstimates::default();
+        learned.seed_acceptance(&[0.7, 0.15, 0.1]);
+        learned.record_draft(1, ms(costs.draft_step_ms), 1.0);
+        for block in 1..=4u64 {
+            let verify = costs.base_ms + costs.per_token_ms * block;
+            learned.record_verify(block as usize, ms(verify), 1.0);
+        }
+        let mut p = CostAwarePolicy::with_estimates(learned);
+        let sizes: Vec<usize> = plans(&mut p, 200, 4, costs, |drafted| drafted.min(1))
+            .iter()
+            .map(|plan| plan.block_size)
+            .collect();
+        let explored = sizes.iter().filter(|&&b| b > 2).count();
+        assert!(sizes.iter().all(|&b| b == 2 || b == 3), "{sizes:?}");
+        assert!(
+            (3..=8).contains(&explored),
+            "{explored} explorations: {sizes:?}"
+        );
     }
 
     #[test]
