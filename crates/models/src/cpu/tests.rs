@@ -172,6 +172,64 @@ fn full_scale_activations_give_the_float_reference_to_rounding() {
     }
 }
 
+/// GGUF bytes of an `[out, inp]` weight whose every code is the largest its format has (the
+/// scales 1.0 in f16, the K-quants' 6-bit scales and mins at their largest too).
+fn largest_codes(format: WeightFormat, out: usize, inp: usize) -> Vec<u8> {
+    const ONE: [u8; 2] = [0x00, 0x3c];
+    let block: Vec<u8> = match format {
+        WeightFormat::Q4_0 => [&ONE[..], &[0xff; 16]].concat(),
+        WeightFormat::Q5_0 => [&ONE[..], &[0xff; 20]].concat(),
+        WeightFormat::Q8_0 => [&ONE[..], &[0x7f; 32]].concat(),
+        WeightFormat::Q4K => [&ONE[..], &ONE, &[0xff; 140]].concat(),
+        WeightFormat::Q6K => [&[0xff; 192][..], &[0x7f; 16], &ONE].concat(),
+        other => panic!("{other:?} has no codes"),
+    };
+    let row = format.row_bytes(inp).unwrap();
+    assert_eq!(row % block.len(), 0, "{format:?}");
+    block.repeat(out * row / block.len())
+}
+
+/// With every code at its largest and every activation at +-127, each 16-bit pair sum a
+/// kernel set may add before widening is at its largest: a set that adds more of them than
+/// 16 bits hold gives other bits than the portable one's 32-bit sums.
+#[test]
+fn the_largest_codes_at_full_scale_give_every_kernel_set_the_same_bits() {
+    let pool = ThreadPool::new(2);
+    let formats = [
+        WeightFormat::Q4K,
+        WeightFormat::Q6K,
+        WeightFormat::Q4_0,
+        WeightFormat::Q5_0,
+        WeightFormat::Q8_0,
+    ];
+    for format in formats {
+        let (out, inp) = (32, 512);
+        let raw = largest_codes(format, out, inp);
+        let m = PackedMatrix::from_gguf(format, out, inp, &raw, &pool).unwrap();
+        let rows = 8;
+        let x: Vec<f32> = (0..rows * inp)
+            .map(|i| if (i / inp) % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        let reference = multiply(&m, &x, rows, &pool, Isa::Portable);
+        assert!(
+            reference.iter().all(|v| v.is_finite() && *v != 0.0),
+            "{format:?}"
+        );
+        for isa in Isa::available() {
+            for n in 1..=rows {
+                let y = multiply(&m, &x, n, &pool, isa);
+                assert!(
+                    y.iter()
+                        .zip(&reference)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{format:?} {} {n} rows: other bits than portable's",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
 /// Matrices wide enough that workers take chunks of several tiles and read them in
 /// pairs, with a tile that one thread count reads paired and another alone.
 const WIDE_SHAPES: [(WeightFormat, usize, usize); 5] = [

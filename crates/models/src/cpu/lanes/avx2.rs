@@ -132,6 +132,45 @@ unsafe impl<const VNNI: bool> Lanes for Avx2<VNNI> {
         }
     }
 
+    /// Without VNNI every dot product is a `vpmaddubsw` (pair sums in 16 bits) and a
+    /// `vpmaddwd` by ones (to 32 bits): as many of a run's groups as cannot overflow 16 bits
+    /// (8 for 4-bit weights, 4 for 5-bit, 2 for 6-bit) have their pair sums added with
+    /// `vpaddw` first and widened once, which takes most of the multiplies and 32-bit adds
+    /// out of a pass over several rows, where the arithmetic and not the weight stream is
+    /// what a pass waits for.
+    #[inline(always)]
+    unsafe fn dot4_run(acc: Self::I, w: &[Self::B], y: *const i8, weight_bits: u32) -> Self::I {
+        let at = |g: usize| _mm256_set1_epi32(std::ptr::read_unaligned(y.add(4 * g) as *const i32));
+        if VNNI {
+            let mut chains = [acc, Self::zero_i()];
+            for (g, wg) in w.iter().enumerate() {
+                let yg = at(g);
+                chains[g % 2] = both(chains[g % 2], *wg, |a, w| _mm256_dpbusd_avx_epi32(a, w, yg));
+            }
+            return Self::add_i(chains[0], chains[1]);
+        }
+        // Each pair sum is below 2 * 2^weight_bits * 128 in magnitude.
+        let pair_bound = 2 * ((1usize << weight_bits) - 1) * 128;
+        let per = (i16::MAX as usize / pair_bound).max(1);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = acc;
+        for (c, chunk) in w.chunks(per).enumerate() {
+            let first = per * c;
+            let y0 = at(first);
+            let mut pairs = each(chunk[0], |w| _mm256_maddubs_epi16(w, y0));
+            for (g, wg) in chunk.iter().enumerate().skip(1) {
+                let yg = at(first + g);
+                pairs = both(pairs, *wg, |p, w| {
+                    _mm256_add_epi16(p, _mm256_maddubs_epi16(w, yg))
+                });
+            }
+            acc = both(acc, pairs, |a, p| {
+                _mm256_add_epi32(a, _mm256_madd_epi16(p, ones))
+            });
+        }
+        acc
+    }
+
     #[inline(always)]
     unsafe fn zero_i() -> Self::I {
         Pair([_mm256_setzero_si256(); 2])

@@ -60,6 +60,24 @@ pub(crate) unsafe trait Lanes {
     unsafe fn dot4(acc: Self::I, w: Self::B, y: i32) -> Self::I;
     /// Like `dot4` for signed weight bytes, plus `SIGNED_OFFSET * sum_t y[t]`.
     unsafe fn dot4_signed(acc: Self::I, w: Self::B, y: i32) -> Self::I;
+    /// `acc + sum_g dot4(w[g], y[4g..4g + 4])` over the groups `w`, whose weight bytes are
+    /// below `2^weight_bits`, with the signed activation bytes at `y`.
+    ///
+    /// The sum is exact, so a set may add the products in whatever order is cheapest; here
+    /// even and odd groups go to two chains added at the end (one chain of eight dependent
+    /// dot products waits out eight of their latencies: on a 2-core Xeon, family 6, model
+    /// 207, two made verifies of 5 and 8 rows 0.985x and 0.92x as long, paired in one
+    /// process, and left a decode step unchanged).
+    #[inline(always)]
+    unsafe fn dot4_run(acc: Self::I, w: &[Self::B], y: *const i8, weight_bits: u32) -> Self::I {
+        let _ = weight_bits;
+        let mut chains = [acc, Self::zero_i()];
+        for (g, wg) in w.iter().enumerate() {
+            let yg = std::ptr::read_unaligned(y.add(4 * g) as *const i32);
+            chains[g % 2] = Self::dot4(chains[g % 2], *wg, yg);
+        }
+        Self::add_i(chains[0], chains[1])
+    }
 
     unsafe fn zero_i() -> Self::I;
     /// `a + b` per lane (wrapping).
