@@ -112,9 +112,9 @@ def main():
         "| kind | mode | tokens/round | spec / plain (median) | tree rounds | output = plain |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for kind, modes in rows.items():
+    for kind, by_mode in rows.items():
         for name, _ in modes:
-            samples = modes[name]
+            samples = by_mode[name]
             tpr = statistics.mean(s["tokens_per_round"] for s in samples)
             speed = statistics.median(s["speedup"] for s in samples)
             trees = sum(s["tree_rounds"] for s in samples)
