@@ -10,6 +10,7 @@ mod engine;
 mod load;
 mod prompts;
 mod quantile;
+mod ranks;
 mod report;
 mod servers;
 mod split;
@@ -119,6 +120,11 @@ pub struct BenchArgs {
     /// Requests per worker at each concurrency level.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub load_waves: u64,
+    /// Instead of the mode table: where the target's greedy tokens rank among the draft
+    /// model's choices, per prompt kind, and the tokens per round full trees of
+    /// --block-size - 1 levels with 1-3 choices per node would reach (GGUF pair).
+    #[arg(long, conflicts_with_all = ["sweep", "concurrency"])]
+    pub ranks: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -303,6 +309,20 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
             .with_context(|| format!("loading the target from {}", args.target().display()))?,
     );
     let vocab = target.vocab_size();
+    if args.ranks {
+        prompts::check_vocab(&prompts, vocab)?;
+        let path = drafter_path(args)?;
+        let drafter = gguf_draft_engine(path, &device, args.draft_weights)?;
+        return ranks::run(
+            target.model(),
+            drafter.model(),
+            DEFAULT_DRAFT_VOCAB,
+            &prompts,
+            args.max_tokens,
+            args.block_size as usize - 1,
+            args.json,
+        );
+    }
     if let Some(counts) = &args.sweep {
         let counts: Vec<usize> = counts.iter().map(|&k| k as usize).collect();
         return sweep_gguf(args, &text, target, prompts, &counts).await;

@@ -1,0 +1,242 @@
+//! Where the target's greedy tokens rank among a draft model's choices, per prompt kind, and
+//! so what token trees could add to a chain on this pair before any tree is run.
+//!
+//! A tree that offers a node's top `k` drafter choices keeps going wherever the target's
+//! token is among them; a chain is `k = 1`. Run over the target's own greedy output (the
+//! plain generation, end-of-sequence ignored as every mode here ignores it), the ranks give,
+//! for each `k`, the tokens a round would emit if every node of a full `k`-ary tree of the
+//! chain's depth were verified: an upper bound for any tree of that depth that offers at
+//! most `k` choices per node, at the price of its node count. The bound for `k = 1` is the
+//! chain's own tokens per round, a check of the measurement against the sweep's.
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use specd_models::qwen2::Qwen2Model;
+use specd_models::{CausalLm, OutputRows, SeqBlock};
+
+use super::prompts::{self, Prompt};
+
+/// Ranks counted one by one; higher ranks are counted together.
+const RANKS: usize = 4;
+/// The widest tree whose bound is reported (choices per node).
+const WIDEST: usize = 3;
+
+/// The ranks of one kind's prompts.
+#[derive(Debug, Default)]
+struct KindRanks {
+    kind: String,
+    /// Per generated token: its rank among the drafter's logits after the same context
+    /// (0: the drafter's greedy choice), `usize::MAX` where the drafter cannot propose it.
+    ranks: Vec<Vec<usize>>,
+}
+
+impl KindRanks {
+    fn positions(&self) -> usize {
+        self.ranks.iter().map(Vec::len).sum()
+    }
+
+    /// Tokens at each rank below [`RANKS`], then all the others.
+    fn histogram(&self) -> [usize; RANKS + 1] {
+        let mut counts = [0; RANKS + 1];
+        for &rank in self.ranks.iter().flatten() {
+            counts[rank.min(RANKS)] += 1;
+        }
+        counts
+    }
+
+    /// Tokens per round of a full `k`-ary tree of `depth` levels, averaged over rounds
+    /// starting at every generated position: the bonus token, then the drafts up to the
+    /// first position whose token is not among the drafter's top `k`.
+    fn tokens_per_round(&self, k: usize, depth: usize) -> f64 {
+        let mut rounds = 0usize;
+        let mut tokens = 0usize;
+        for ranks in &self.ranks {
+            for start in 0..ranks.len() {
+                let accepted = ranks[start..]
+                    .iter()
+                    .take(depth)
+                    .take_while(|&&rank| rank < k)
+                    .count();
+                rounds += 1;
+                tokens += 1 + accepted;
+            }
+        }
+        tokens as f64 / rounds.max(1) as f64
+    }
+}
+
+/// Nodes of a full `k`-ary tree of `depth` levels below its root.
+fn full_tree_nodes(k: usize, depth: usize) -> usize {
+    (1..=depth).map(|d| k.pow(d as u32)).sum()
+}
+
+/// The target's greedy continuation of `prompt`, `max_tokens` long.
+fn greedy(target: &Qwen2Model, prompt: &[u32], max_tokens: usize) -> Result<Vec<u32>> {
+    let mut cache = target.new_cache()?;
+    let mut hidden =
+        target.forward(&mut [SeqBlock::chain(&mut cache, prompt)], OutputRows::Last)?;
+    let mut out = Vec::with_capacity(max_tokens);
+    while out.len() < max_tokens {
+        let last = hidden
+            .first()
+            .context("ranks: the target returned no row")?;
+        let token = *target
+            .argmax(last)?
+            .first()
+            .context("ranks: the target returned no token")?;
+        out.push(token);
+        if out.len() < max_tokens {
+            hidden = target.forward(
+                &mut [SeqBlock::chain(&mut cache, &[token])],
+                OutputRows::Last,
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+/// Each token of `continuation`'s rank under `drafter` after `prompt` and the tokens before
+/// it, among the drafter's first `draft_vocab` ids.
+fn drafter_ranks(
+    drafter: &Qwen2Model,
+    draft_vocab: usize,
+    prompt: &[u32],
+    continuation: &[u32],
+) -> Result<Vec<usize>> {
+    let mut context = prompt.to_vec();
+    context.extend_from_slice(continuation);
+    context.pop();
+    let mut cache = drafter.new_cache()?;
+    let hidden = drafter.forward(
+        &mut [SeqBlock::chain(&mut cache, &context)],
+        OutputRows::All,
+    )?;
+    let rows = drafter
+        .logits(
+            hidden
+                .first()
+                .context("ranks: the drafter returned no rows")?,
+        )?
+        .to_vec2::<f32>()?;
+    let first = prompt.len() - 1;
+    continuation
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| {
+            let row = rows
+                .get(first + i)
+                .context("ranks: the drafter returned too few rows")?;
+            let row = &row[..draft_vocab.min(row.len())];
+            Ok(match row.get(token as usize) {
+                Some(&logit) if !logit.is_nan() => row.iter().filter(|&&x| x > logit).count(),
+                _ => usize::MAX,
+            })
+        })
+        .collect()
+}
+
+/// Measures the ranks over `prompts` and reports them per kind, with the bounds of trees of
+/// `depth` levels (the chain's drafts per round).
+pub fn run(
+    target: &Qwen2Model,
+    drafter: &Qwen2Model,
+    draft_vocab: usize,
+    prompts: &[Prompt],
+    max_tokens: usize,
+    depth: usize,
+    as_json: bool,
+) -> Result<()> {
+    let mut kinds: Vec<KindRanks> = prompts::kinds(prompts)
+        .into_iter()
+        .map(|kind| KindRanks {
+            kind,
+            ranks: Vec::new(),
+        })
+        .collect();
+    for prompt in prompts {
+        if prompt.ids.is_empty() {
+            anyhow::bail!("prompts: {:?} has no tokens", prompt.label);
+        }
+        let continuation = greedy(target, &prompt.ids, max_tokens)?;
+        let ranks = drafter_ranks(drafter, draft_vocab, &prompt.ids, &continuation)?;
+        if let Some(kind) = kinds.iter_mut().find(|k| k.kind == prompt.kind) {
+            kind.ranks.push(ranks);
+        }
+    }
+    let report = Value::Array(kinds.iter().map(|k| kind_json(k, depth)).collect());
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&kinds, depth));
+    }
+    Ok(())
+}
+
+fn kind_json(kind: &KindRanks, depth: usize) -> Value {
+    let bounds: Vec<Value> = (1..=WIDEST)
+        .map(|k| {
+            json!({
+                "choices_per_node": k,
+                "nodes": full_tree_nodes(k, depth),
+                "tokens_per_round": kind.tokens_per_round(k, depth),
+            })
+        })
+        .collect();
+    json!({
+        "kind": kind.kind,
+        "positions": kind.positions(),
+        "rank_counts": kind.histogram(),
+        "depth": depth,
+        "full_trees": bounds,
+    })
+}
+
+fn table(kinds: &[KindRanks], depth: usize) -> String {
+    let mut out = format!(
+        "target tokens by rank among the drafter's choices; tokens per round of full trees \
+         of depth {depth} (k choices per node, nodes)\n"
+    );
+    out.push_str(&format!(
+        "{:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "kind", "tokens", "rank 1", "rank 2", "rank 3", "rank 4", "lower"
+    ));
+    for k in 1..=WIDEST {
+        out.push_str(&format!(
+            " {:>12}",
+            format!("k={k} ({})", full_tree_nodes(k, depth))
+        ));
+    }
+    out.push('\n');
+    for kind in kinds {
+        let total = kind.positions().max(1) as f64;
+        out.push_str(&format!("{:>8} {:>6}", kind.kind, kind.positions()));
+        for count in kind.histogram() {
+            out.push_str(&format!(" {:>6.1}%", 100.0 * count as f64 / total));
+        }
+        for k in 1..=WIDEST {
+            out.push_str(&format!(" {:>12.2}", kind.tokens_per_round(k, depth)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_stops_at_the_first_token_outside_the_offered_choices() {
+        let kind = KindRanks {
+            kind: "prose".into(),
+            ranks: vec![vec![0, 1, 0, 5]],
+        };
+        // Chain, depth 2: rounds at 0..4 accept 1, 0, 1, 0 drafts.
+        assert_eq!(kind.tokens_per_round(1, 2), 1.5);
+        // Two choices: 2, 2, 1, 0.
+        assert_eq!(kind.tokens_per_round(2, 2), 2.25);
+        assert_eq!(kind.histogram(), [2, 1, 0, 0, 1]);
+        assert_eq!(full_tree_nodes(2, 3), 14);
+        assert_eq!(full_tree_nodes(1, 3), 3);
+    }
+}
