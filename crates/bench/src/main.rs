@@ -251,6 +251,9 @@ fn drafter_path(args: &BenchArgs) -> Result<&PathBuf> {
 }
 
 async fn run_gemma(args: &BenchArgs) -> Result<()> {
+    if args.ranks {
+        bail!("ranks: needs a GGUF target and a GGUF draft model (--target, --drafter)");
+    }
     let device = args.device.device()?;
     let dtype = args.dtype.dtype();
     let tokenizer = dir_text(args.target())?;
