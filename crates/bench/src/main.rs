@@ -317,14 +317,15 @@ async fn run_gguf(args: &BenchArgs) -> Result<()> {
         let path = drafter_path(args)?;
         let drafter = gguf_draft_engine(path, &device, args.draft_weights)?;
         return ranks::run(
-            target.model(),
+            target,
             drafter.model(),
             DEFAULT_DRAFT_VOCAB,
             &prompts,
             args.max_tokens,
             args.block_size as usize - 1,
             args.json,
-        );
+        )
+        .await;
     }
     if let Some(counts) = &args.sweep {
         let counts: Vec<usize> = counts.iter().map(|&k| k as usize).collect();

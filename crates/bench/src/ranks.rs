@@ -9,12 +9,17 @@
 //! most `k` choices per node, at the price of its node count. The bound for `k = 1` is the
 //! chain's own tokens per round, a check of the measurement against the sweep's.
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use specd_models::qwen2::Qwen2Model;
 use specd_models::{CausalLm, OutputRows, SeqBlock};
+use specd_verifier::{LocalVerifier, Qwen2Target, TargetModel, VerifierLimits};
 
+use super::embedded::{EmbeddedDrafter, EmbeddedSuite};
 use super::prompts::{self, Prompt};
+use super::report::ModeResult;
 
 /// Ranks counted one by one; higher ranks are counted together.
 const RANKS: usize = 4;
@@ -22,7 +27,7 @@ const RANKS: usize = 4;
 const WIDEST: usize = 3;
 
 /// The ranks of one kind's prompts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct KindRanks {
     kind: String,
     /// Per generated token: its rank among the drafter's logits after the same context
@@ -70,29 +75,20 @@ fn full_tree_nodes(k: usize, depth: usize) -> usize {
     (1..=depth).map(|d| k.pow(d as u32)).sum()
 }
 
-/// The target's greedy continuation of `prompt`, `max_tokens` long.
-fn greedy(target: &Qwen2Model, prompt: &[u32], max_tokens: usize) -> Result<Vec<u32>> {
-    let mut cache = target.new_cache()?;
-    let mut hidden =
-        target.forward(&mut [SeqBlock::chain(&mut cache, prompt)], OutputRows::Last)?;
-    let mut out = Vec::with_capacity(max_tokens);
-    while out.len() < max_tokens {
-        let last = hidden
-            .first()
-            .context("ranks: the target returned no row")?;
-        let token = *target
-            .argmax(last)?
-            .first()
-            .context("ranks: the target returned no token")?;
-        out.push(token);
-        if out.len() < max_tokens {
-            hidden = target.forward(
-                &mut [SeqBlock::chain(&mut cache, &[token])],
-                OutputRows::Last,
-            )?;
-        }
-    }
-    Ok(out)
+/// The plain generation of `prompt`: greedy, `max_tokens` long, through the round loop as
+/// every plain mode of the bench runs it.
+async fn plain(
+    suite: &EmbeddedSuite<Qwen2Target>,
+    prompt: &[u32],
+    max_tokens: usize,
+    eos: &[u32],
+) -> Result<Vec<u32>> {
+    let mut mode = ModeResult::new("plain");
+    suite.run(prompt, max_tokens, None, eos, &mut mode).await?;
+    mode.runs
+        .pop()
+        .map(|run| run.output)
+        .context("ranks: the plain generation recorded no run")
 }
 
 /// Each token of `continuation`'s rank under `drafter` after `prompt` and the tokens before
@@ -118,7 +114,10 @@ fn drafter_ranks(
                 .context("ranks: the drafter returned no rows")?,
         )?
         .to_vec2::<f32>()?;
-    let first = prompt.len() - 1;
+    let first = prompt
+        .len()
+        .checked_sub(1)
+        .context("ranks: an empty prompt has no position to rank after")?;
     continuation
         .iter()
         .enumerate()
@@ -137,8 +136,8 @@ fn drafter_ranks(
 
 /// Measures the ranks over `prompts` and reports them per kind, with the bounds of trees of
 /// `depth` levels (the chain's drafts per round).
-pub fn run(
-    target: &Qwen2Model,
+pub async fn run(
+    target: Arc<Qwen2Target>,
     drafter: &Qwen2Model,
     draft_vocab: usize,
     prompts: &[Prompt],
@@ -153,11 +152,13 @@ pub fn run(
             ranks: Vec::new(),
         })
         .collect();
+    let eos = target.eos_token_ids().to_vec();
+    let suite = EmbeddedSuite::new(
+        LocalVerifier::new(target, VerifierLimits::default()),
+        EmbeddedDrafter::Ngram,
+    );
     for prompt in prompts {
-        if prompt.ids.is_empty() {
-            anyhow::bail!("prompts: {:?} has no tokens", prompt.label);
-        }
-        let continuation = greedy(target, &prompt.ids, max_tokens)?;
+        let continuation = plain(&suite, &prompt.ids, max_tokens, &eos).await?;
         let ranks = drafter_ranks(drafter, draft_vocab, &prompt.ids, &continuation)?;
         if let Some(kind) = kinds.iter_mut().find(|k| k.kind == prompt.kind) {
             kind.ranks.push(ranks);
