@@ -122,7 +122,8 @@ pub struct BenchArgs {
     pub load_waves: u64,
     /// Instead of the mode table: where the target's greedy tokens rank among the draft
     /// model's choices, per prompt kind, and the tokens per round full trees of
-    /// --block-size - 1 levels with 1-3 choices per node would reach (GGUF pair).
+    /// --block-size - 1 levels with 1-3 choices per node would reach, and the best tree of
+    /// one fixed shape for budgets of 3-16 drafts beside the chain of as many (GGUF pair).
     #[arg(long, conflicts_with_all = ["sweep", "concurrency"])]
     pub ranks: bool,
     /// Print one JSON object instead of the table.

@@ -8,7 +8,16 @@
 //! chain's depth were verified: an upper bound for any tree of that depth that offers at
 //! most `k` choices per node, at the price of its node count. The bound for `k = 1` is the
 //! chain's own tokens per round, a check of the measurement against the sweep's.
+//!
+//! Full trees price every node; a tree is judged at a node budget. For each budget the best
+//! *fixed-shape* tree (Sequoia's kind: the same shape every round) is the `n` rank paths the
+//! target's tokens followed most often, each path a node (the path `2nd, 1st` is the first
+//! level's runner-up and its own greedy child); its tokens per round, beside the chain of as
+//! many nodes, bound every fixed shape of that budget on these outputs, the fitted shape
+//! included (it is fitted to the very rounds it is scored on). Trees shaped per round by the
+//! drafter's confidence (EAGLE-2's kind) are not bounded by it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -25,6 +34,8 @@ use super::report::ModeResult;
 const RANKS: usize = 4;
 /// The widest tree whose bound is reported (choices per node).
 const WIDEST: usize = 3;
+/// Node budgets of the best fixed-shape trees reported.
+const BUDGETS: [usize; 6] = [3, 4, 6, 8, 12, 16];
 
 /// The ranks of one kind's prompts.
 #[derive(Debug)]
@@ -67,6 +78,37 @@ impl KindRanks {
             }
         }
         tokens as f64 / rounds.max(1) as f64
+    }
+
+    /// Tokens per round of the best tree of `nodes` drafts that has the same shape every
+    /// round, and its depth. A node is a path of ranks from the root (the bonus); a round
+    /// accepts the nodes its target tokens' ranks begin with. The best shape holds the
+    /// `nodes` paths most rounds begin with, which is a tree: no path is begun more often
+    /// than the path it extends, and among equals the shorter comes first.
+    fn best_fixed_tree(&self, nodes: usize) -> (f64, usize) {
+        let mut begun: HashMap<&[usize], usize> = HashMap::new();
+        let mut rounds = 0usize;
+        for ranks in &self.ranks {
+            for start in 0..ranks.len() {
+                rounds += 1;
+                let path = &ranks[start..(start + nodes).min(ranks.len())];
+                // Past a token the drafter cannot propose no node is accepted.
+                let reach = path.iter().take_while(|&&rank| rank != usize::MAX).count();
+                for depth in 1..=reach {
+                    *begun.entry(&path[..depth]).or_default() += 1;
+                }
+            }
+        }
+        let mut paths: Vec<(&[usize], usize)> = begun.into_iter().collect();
+        paths.sort_by(|a, b| {
+            b.1.cmp(&a.1)
+                .then(a.0.len().cmp(&b.0.len()))
+                .then(a.0.cmp(b.0))
+        });
+        let chosen = &paths[..nodes.min(paths.len())];
+        let accepted: usize = chosen.iter().map(|(_, count)| count).sum();
+        let depth = chosen.iter().map(|(path, _)| path.len()).max().unwrap_or(0);
+        (1.0 + accepted as f64 / rounds.max(1) as f64, depth)
     }
 }
 
@@ -183,12 +225,25 @@ fn kind_json(kind: &KindRanks, depth: usize) -> Value {
             })
         })
         .collect();
+    let fixed: Vec<Value> = BUDGETS
+        .iter()
+        .map(|&nodes| {
+            let (tokens, tree_depth) = kind.best_fixed_tree(nodes);
+            json!({
+                "nodes": nodes,
+                "tokens_per_round": tokens,
+                "depth": tree_depth,
+                "chain_tokens_per_round": kind.tokens_per_round(1, nodes),
+            })
+        })
+        .collect();
     json!({
         "kind": kind.kind,
         "positions": kind.positions(),
         "rank_counts": kind.histogram(),
         "depth": depth,
         "full_trees": bounds,
+        "best_fixed_trees": fixed,
     })
 }
 
@@ -219,6 +274,27 @@ fn table(kinds: &[KindRanks], depth: usize) -> String {
         }
         out.push('\n');
     }
+    out.push_str(
+        "tokens per round of the best fixed-shape tree of n drafts (its depth) / the chain of \
+         n drafts\n",
+    );
+    out.push_str(&format!("{:>8}", "kind"));
+    for nodes in BUDGETS {
+        out.push_str(&format!(" {:>16}", format!("n={nodes}")));
+    }
+    out.push('\n');
+    for kind in kinds {
+        out.push_str(&format!("{:>8}", kind.kind));
+        for nodes in BUDGETS {
+            let (tokens, tree_depth) = kind.best_fixed_tree(nodes);
+            let cell = format!(
+                "{tokens:.2} ({tree_depth}) / {:.2}",
+                kind.tokens_per_round(1, nodes)
+            );
+            out.push_str(&format!(" {cell:>16}"));
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -239,5 +315,25 @@ mod tests {
         assert_eq!(kind.histogram(), [2, 1, 0, 0, 1]);
         assert_eq!(full_tree_nodes(2, 3), 14);
         assert_eq!(full_tree_nodes(1, 3), 3);
+    }
+
+    #[test]
+    fn the_best_fixed_tree_holds_the_paths_begun_most_often() {
+        let kind = KindRanks {
+            kind: "prose".into(),
+            ranks: vec![vec![1, 0, 1, 0, 0]],
+        };
+        // Within two drafts, rounds at 0..5 begin with the rank paths (2nd, 1st), (1st,
+        // 2nd), (2nd, 1st), (1st, 1st) and (1st): the first level's greedy node is begun 3
+        // times, its runner-up 2, the runner-up's greedy child 2, and the others once.
+        assert_eq!(kind.best_fixed_tree(1), (1.0 + 3.0 / 5.0, 1));
+        assert_eq!(kind.best_fixed_tree(2), (1.0 + 5.0 / 5.0, 1));
+        assert_eq!(kind.best_fixed_tree(3), (1.0 + 7.0 / 5.0, 2));
+        // The chain of two drafts accepts 0, 1, 0, 2, 1 drafts in those rounds.
+        assert_eq!(kind.tokens_per_round(1, 2), 1.0 + 4.0 / 5.0);
+        // The chain is a fixed shape, so the best shape of a budget is never worse.
+        for nodes in 1..=6 {
+            assert!(kind.best_fixed_tree(nodes).0 >= kind.tokens_per_round(1, nodes));
+        }
     }
 }
