@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use specd_core::{
-    DraftRequest, Drafter, OpenRequest, PrefillRequest, Prefilled, SeqId, SessionId, Verified,
-    Verifier, VerifyRequest,
+    DraftRequest, Drafter, OpenRequest, Opened, PrefillRequest, Prefilled, SeqId, SessionId,
+    Verified, Verifier, VerifyRequest,
 };
 
 /// One verify round as the wrappers saw it.
@@ -117,7 +117,7 @@ impl<D: Drafter> Drafter for TimedDrafter<D> {
     type Carry = D::Carry;
     type Error = D::Error;
 
-    async fn open(&self, request: OpenRequest<D::Carry>) -> Result<(), D::Error> {
+    async fn open(&self, request: OpenRequest<D::Carry>) -> Result<Opened, D::Error> {
         let out = self.inner.open(request).await;
         // Opening belongs to the request's setup, not to its first round.
         self.clock.mark();

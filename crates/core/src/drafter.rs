@@ -24,6 +24,25 @@ pub struct OpenRequest<C> {
     pub cache_scope: CacheScope,
 }
 
+/// What opening a session took in, for pricing later opens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Opened {
+    /// Context positions the drafter computed or received to open: for a draft model the
+    /// prompt tokens its own prefix cache did not hold, for an MTP drafter the snapshot's
+    /// positions. `None`: the drafter did not say; its open is then priced on the whole
+    /// prompt.
+    pub computed: Option<usize>,
+}
+
+impl Opened {
+    /// A session that computed or received `positions` context positions.
+    pub fn computed(positions: usize) -> Self {
+        Self {
+            computed: Some(positions),
+        }
+    }
+}
+
 /// Draft the next tokens after the bonus.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DraftRequest<C> {
@@ -68,7 +87,7 @@ pub trait Drafter: Send + Sync {
     fn open(
         &self,
         request: OpenRequest<Self::Carry>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Opened, Self::Error>> + Send;
 
     /// Applies the pending carries, then drafts up to `count` tokens after the bonus.
     fn draft(
@@ -117,7 +136,7 @@ impl<C: Send> Drafter for NoDrafter<C> {
     type Carry = C;
     type Error = NoDrafterError;
 
-    async fn open(&self, _request: OpenRequest<C>) -> Result<(), NoDrafterError> {
+    async fn open(&self, _request: OpenRequest<C>) -> Result<Opened, NoDrafterError> {
         Err(NoDrafterError)
     }
 

@@ -35,11 +35,11 @@ pub mod verifier;
 
 pub use acceptance::{accept_drafts, accept_with_targets, Accepted};
 pub use block_size::{
-    load_block_cap, BlockPlanner, BlockSizeConfig, BlockSizeController, GovernedRound,
+    load_block_cap, BlockPlanner, BlockSizeConfig, BlockSizeController, GovernedRound, OpenCost,
     SpeculationGovernor,
 };
 pub use constraint::{BlockMasks, ConstraintError, TokenConstraint};
-pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
+pub use drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest, Opened};
 pub use fallback::{DrafterFallback, FallbackCause};
 pub use finish::FinishReason;
 pub use hybrid::HybridDrafter;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use specd_core::sync::lock;
-use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
+use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, Opened, SessionId};
 use specd_drafter::{
     Branching, DraftCarry, DraftEngine, DraftStep, EngineError, OpenSession, SessionSource,
 };
@@ -88,7 +88,7 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
         }
     }
 
-    fn open_now(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
+    fn open_now(&self, request: OpenRequest<TargetCarry>) -> Result<Opened, EngineError> {
         let (source, first) = self.engine.open_from(&request)?;
         let mut session = self.engine.open(OpenSession {
             sampling: request.sampling,
@@ -96,12 +96,13 @@ impl<E: InProcessCarry> EmbeddedDrafter<E> {
             source,
             cache_scope: request.cache_scope.clone(),
         })?;
+        let computed = self.engine.computed_at_open(&session);
         for carry in first {
             self.engine.apply(&mut session, carry)?;
         }
         self.sessions
             .insert(request.session, Arc::new(Mutex::new(session)));
-        Ok(())
+        Ok(Opened::computed(computed))
     }
 
     /// Applies the round's carries to its session: the session and the step to draft.
@@ -163,7 +164,7 @@ impl<E: InProcessCarry> Drafter for EmbeddedDrafter<E> {
     type Carry = TargetCarry;
     type Error = EngineError;
 
-    async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
+    async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<Opened, EngineError> {
         self.compute(|| self.open_now(request))
     }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
+use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, Opened, SessionId};
 use specd_drafter::{DraftModelEngine, EngineError, MtpEngine};
 use specd_models::{AnyLm, LoadSpec};
 use specd_verifier::TargetCarry;
@@ -75,7 +75,7 @@ impl Drafter for ModelDrafter {
     type Carry = TargetCarry;
     type Error = EngineError;
 
-    async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<(), EngineError> {
+    async fn open(&self, request: OpenRequest<TargetCarry>) -> Result<Opened, EngineError> {
         match self {
             Self::Mtp(d) => d.open(request).await,
             Self::DraftModel(d) => d.open(request).await,

@@ -163,6 +163,12 @@ pub trait DraftEngine: Send + Sync + 'static {
     /// Tokens in the target cache as far as the session knows.
     fn committed_len(&self, session: &Self::Session) -> usize;
 
+    /// Context positions a session just opened computed or received, for pricing opens: by
+    /// default every position it holds (a snapshot brings them all).
+    fn computed_at_open(&self, session: &Self::Session) -> usize {
+        self.committed_len(session)
+    }
+
     /// Applies the carry of the last round. The server has checked that the carry kind
     /// matches and that it continues the session (`start_position == committed_len`).
     fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError>;

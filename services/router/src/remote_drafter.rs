@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SamplingParams, SessionId};
+use specd_core::{
+    DraftRequest, DraftTree, Drafter, OpenRequest, Opened, SamplingParams, SessionId,
+};
 use specd_wire::drafter::{
     open_request, CloseRequest, DraftRequest as WireDraft, DrafterClient, DrafterKind, OpenHeader,
-    OpenRequest as WireOpen,
+    OpenRequest as WireOpen, OpenResponse,
 };
 use specd_wire::SnapshotChunk;
 use tokio::sync::oneshot;
@@ -191,7 +193,11 @@ impl<'a> RemoteSession<'a> {
     /// Opens a session on `lease`'s drafter. The call completes in its own task, which
     /// records the session as unclaimed until the request [claims](Self::claim) it, or
     /// closes it when the request has already ended.
-    async fn open_on(&self, lease: &Lease, messages: Vec<WireOpen>) -> Result<String, CallFailure> {
+    async fn open_on(
+        &self,
+        lease: &Lease,
+        messages: Vec<WireOpen>,
+    ) -> Result<OpenResponse, CallFailure> {
         let (sender, receiver) = oneshot::channel();
         let client = lease.client();
         let deadline = self.deadline;
@@ -199,7 +205,8 @@ impl<'a> RemoteSession<'a> {
         crate::detached::spawn(
             async move {
                 let outcome = open_call(client.clone(), messages, deadline).await;
-                if let Ok(session_id) = &outcome {
+                if let Ok(opened) = &outcome {
+                    let session_id = &opened.session_id;
                     let ended = {
                         let mut opening = lock(&opening);
                         if !opening.ended {
@@ -217,7 +224,7 @@ impl<'a> RemoteSession<'a> {
             .instrument(tracing::Span::current()),
         );
         match receiver.await {
-            Ok(Ok(session_id)) => Ok(session_id),
+            Ok(Ok(opened)) => Ok(opened),
             Ok(Err(status)) => Err(self.failure(status)),
             Err(_) => Err(CallFailure {
                 error: RemoteError::protocol("drafter", "open task ended early"),
@@ -300,7 +307,7 @@ impl<'a> RemoteSession<'a> {
                 snapshot.clone().unwrap_or_default(),
             )?;
             let session_id = match self.open_on(&lease, messages).await {
-                Ok(id) => id,
+                Ok(opened) => opened.session_id,
                 Err(failure) => {
                     last = self.note_failure(&lease, failure)?;
                     continue;
@@ -502,9 +509,9 @@ async fn open_call(
     mut client: DrafterClient<Channel>,
     messages: Vec<WireOpen>,
     deadline: Option<std::time::Instant>,
-) -> Result<String, tonic::Status> {
+) -> Result<OpenResponse, tonic::Status> {
     let request = with_deadline(tokio_stream::iter(messages), deadline)?;
-    Ok(client.open(request).await?.into_inner().session_id)
+    Ok(client.open(request).await?.into_inner())
 }
 
 async fn close_call(mut client: DrafterClient<Channel>, session_id: String) {
@@ -525,7 +532,7 @@ impl Drafter for RemoteSession<'_> {
         SessionResume::of(self.kind).label()
     }
 
-    async fn open(&self, request: OpenRequest<WireCarry>) -> Result<(), RemoteError> {
+    async fn open(&self, request: OpenRequest<WireCarry>) -> Result<Opened, RemoteError> {
         let resume = self.state().resume.clone();
         let (resume, snapshot) = resume.opened(request.carry, &request.prompt_ids);
         self.state().cache_scope = request.cache_scope.0.clone();
@@ -557,12 +564,14 @@ impl Drafter for RemoteSession<'_> {
             };
             tried.push(current.url().to_owned());
             match self.open_on(&current, messages.clone()).await {
-                Ok(session_id) => {
-                    self.claim(&session_id);
+                Ok(opened) => {
+                    self.claim(&opened.session_id);
                     let mut state = self.state();
                     state.lease = Some(current);
-                    state.session_id = Some(session_id);
-                    return Ok(());
+                    state.session_id = Some(opened.session_id);
+                    return Ok(Opened {
+                        computed: opened.computed_positions.map(|n| n as usize),
+                    });
                 }
                 Err(failure) => {
                     self.note_failure(&current, failure)?;

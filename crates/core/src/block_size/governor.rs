@@ -51,6 +51,46 @@ pub struct GovernedRound {
     pub accepted: usize,
 }
 
+/// What opening one drafter session cost, for pricing later opens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenCost {
+    /// Prompt tokens of the request.
+    pub prompt: usize,
+    /// Of those, the ones the verifier's prefix cache held.
+    pub verifier_cached: usize,
+    /// Context positions the drafter computed or received to open (the whole prompt where
+    /// it did not say).
+    pub computed: usize,
+    /// Wall time of the open.
+    pub time: Duration,
+}
+
+impl OpenCost {
+    /// An open of `prompt` tokens that no cache held.
+    pub fn cold(prompt: usize, time: Duration) -> Self {
+        Self {
+            prompt,
+            verifier_cached: 0,
+            computed: prompt,
+            time,
+        }
+    }
+}
+
+/// Opens of fewer positions than this teach no cost per position.
+pub const MIN_PRICED_OPEN: usize = 8;
+
+/// What a drafter session would save and cost, as the estimates say now.
+struct OpenJudgement {
+    active: usize,
+    /// Seconds speculation saves per token.
+    saving: Option<f64>,
+    /// Seconds the open would take.
+    cost: Option<f64>,
+    /// Positions the drafter is expected to compute.
+    positions: f64,
+}
+
 /// Shared cost estimates and the block-size cap they give under the current load.
 #[derive(Debug)]
 pub struct SpeculationGovernor {
@@ -74,8 +114,11 @@ struct Estimates {
     /// Draft step, and whole verify calls of requests alone in their forward, pooled over
     /// requests.
     rounds: CostEstimates,
-    /// Seconds per prompt token of opening a drafter session (its own prefill).
+    /// Seconds per context position a drafter computes (or receives) to open a session.
     open_per_token: Ewma,
+    /// Of the prompt tokens the verifier's prefix cache held, the share the drafter held too
+    /// when it opened (a draft model's own prefix cache; none for a snapshot).
+    open_reuse: Ewma,
     acceptance: PooledAcceptance,
 }
 
@@ -255,50 +298,95 @@ impl SpeculationGovernor {
         Some(learned)
     }
 
-    /// Records the opening of a drafter session on a prompt of `prompt_len` tokens.
-    pub fn record_open(&self, prompt_len: usize, time: Duration) {
-        if prompt_len == 0 {
-            return;
+    /// Records what opening a drafter session cost. The time prices the positions the
+    /// drafter computed; where the verifier's prefix cache held part of the prompt, how much
+    /// of that part the drafter held too is learned beside it.
+    pub fn record_open(&self, open: &OpenCost) {
+        let mut estimates = self.lock();
+        if open.verifier_cached > 0 {
+            let held = open.prompt.saturating_sub(open.computed) as f64;
+            let share = (held / open.verifier_cached as f64).clamp(0.0, 1.0);
+            estimates.open_reuse.update(share, GOVERNOR_WEIGHT);
         }
-        let sample = seconds(time) / prompt_len as f64;
-        self.lock().open_per_token.update(sample, GOVERNOR_WEIGHT);
+        // A shorter open's time is mostly its fixed cost (a call, a session), which per
+        // position would price a long prompt many times too dear.
+        if open.computed >= MIN_PRICED_OPEN {
+            let sample = seconds(open.time) / open.computed as f64;
+            estimates.open_per_token.update(sample, GOVERNOR_WEIGHT);
+        }
     }
 
-    /// Whether a new request of `prompt_len` prompt tokens and up to `max_new_tokens` new
-    /// ones should open a drafter session: what speculation would save over its tokens at
-    /// the current load against what opening costs, and, for a request running alone, for
-    /// one in [`RELEARN_EVERY`] of those declined. While a cost is unknown: yes for a request
-    /// running alone, and under load for one request in [`RELEARN_EVERY`].
-    pub fn worth_opening(&self, prompt_len: usize, max_new_tokens: usize) -> bool {
-        let active = self.active.load(Ordering::Relaxed).max(1);
-        let queue = self.queue_length(active);
-        let (saving, open) = {
-            let estimates = self.lock();
-            let saving = per_token_saving(&estimates, active, queue, self.max_block_size);
-            (saving, estimates.open_per_token.0)
-        };
-        let (Some(saving), Some(open)) = (saving, open) else {
+    /// Whether a new request of `prompt_len` prompt tokens, `cached` of them held by the
+    /// verifier's prefix cache, and up to `max_new_tokens` new ones should open a drafter
+    /// session: what speculation would save over its tokens at the current load against
+    /// what opening costs, and, for a request running alone, for one in [`RELEARN_EVERY`]
+    /// of those declined. The open is priced on the positions the drafter is expected to
+    /// compute: the prompt less the share of the cached tokens drafters were seen to hold
+    /// (all of them until an open after a prefix-cache hit was seen). While a cost is
+    /// unknown: yes for a request running alone, and under load for one request in
+    /// [`RELEARN_EVERY`].
+    pub fn worth_opening(&self, prompt_len: usize, cached: usize, max_new_tokens: usize) -> bool {
+        let judged = self.judge_open(prompt_len, cached);
+        let (Some(saving), Some(cost)) = (judged.saving, judged.cost) else {
             // Only a session teaches what drafting costs. Under load one in RELEARN_EVERY
             // requests opens one: where rounds stay plain, a session per request prefilled
             // every prompt on the drafter beside the verifier and never drafted.
-            let probe = active == 1
+            let probe = judged.active == 1
                 || self
                     .unknown
                     .fetch_add(1, Ordering::Relaxed)
                     .is_multiple_of(RELEARN_EVERY);
-            tracing::debug!(active, ?saving, ?open, probe, "a drafter cost is unknown");
+            tracing::debug!(
+                active = judged.active,
+                saving = ?judged.saving,
+                cost = ?judged.cost,
+                probe,
+                "a drafter cost is unknown"
+            );
             return probe;
         };
-        let (saved, cost) = (max_new_tokens as f64 * saving, open * prompt_len as f64);
-        tracing::debug!(active, saved, cost, "judging a drafter session");
+        let saved = max_new_tokens as f64 * saving;
+        tracing::debug!(
+            active = judged.active,
+            saved,
+            cost,
+            positions = judged.positions,
+            "judging a drafter session"
+        );
         if saved > cost {
             return true;
         }
-        if active > 1 {
+        if judged.active > 1 {
             // Under load a relearning session costs every request sharing the forward.
             return false;
         }
         self.declined.fetch_add(1, Ordering::Relaxed) % RELEARN_EVERY == RELEARN_EVERY - 1
+    }
+
+    /// Whether [`Self::worth_opening`] would say no to every request now, however short its
+    /// uncached prompt: under load, with speculation known to save nothing per token. Asked
+    /// before a prefill, so that a request that will not draft does not have the verifier
+    /// build the drafter's carry.
+    pub fn declines_every_open(&self) -> bool {
+        let judged = self.judge_open(0, 0);
+        judged.active > 1
+            && judged.cost.is_some()
+            && judged.saving.is_some_and(|saving| saving <= 0.0)
+    }
+
+    fn judge_open(&self, prompt_len: usize, cached: usize) -> OpenJudgement {
+        let active = self.active.load(Ordering::Relaxed).max(1);
+        let queue = self.queue_length(active);
+        let estimates = self.lock();
+        let saving = per_token_saving(&estimates, active, queue, self.max_block_size);
+        let held = estimates.open_reuse.0.unwrap_or(1.0) * cached.min(prompt_len) as f64;
+        let positions = prompt_len as f64 - held;
+        OpenJudgement {
+            active,
+            saving,
+            cost: estimates.open_per_token.0.map(|open| open * positions),
+            positions,
+        }
     }
 
     /// Draft calls one drafter runs in turn when `concurrent` requests draft at once.
@@ -502,12 +590,12 @@ mod tests {
         let governor = SpeculationGovernor::new(1, 5);
         learned(&governor, 90.0, 10.0, 10.0, 4);
         governor.set_active(1);
-        assert!(governor.worth_opening(100, 4), "no opening measured yet");
+        assert!(governor.worth_opening(100, 0, 4), "no opening measured yet");
         // Opening prefills the prompt at 20 ms per token: 2 s for 100 tokens.
-        governor.record_open(100, ms(2000.0));
-        assert!(governor.worth_opening(100, 64), "64 tokens save ~3.8 s");
+        governor.record_open(&OpenCost::cold(100, ms(2000.0)));
+        assert!(governor.worth_opening(100, 0, 64), "64 tokens save ~3.8 s");
         let declined: Vec<bool> = (0..RELEARN_EVERY)
-            .map(|_| governor.worth_opening(100, 16))
+            .map(|_| governor.worth_opening(100, 0, 16))
             .collect();
         assert_eq!(
             declined.iter().filter(|&&open| open).count(),
@@ -518,7 +606,7 @@ mod tests {
         learned(&governor, 90.0, 100.0, 100.0, 1);
         governor.set_active(8);
         assert_eq!(governor.cap(), Some(1));
-        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(10, 1000));
+        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(10, 0, 1000));
         assert_eq!(
             opened.count(),
             0,
@@ -531,11 +619,11 @@ mod tests {
         let governor = SpeculationGovernor::new(1, 5);
         governor.set_active(1);
         assert!(
-            (0..RELEARN_EVERY).all(|_| governor.worth_opening(100, 64)),
+            (0..RELEARN_EVERY).all(|_| governor.worth_opening(100, 0, 64)),
             "a request alone learns the costs"
         );
         governor.set_active(4);
-        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(100, 64));
+        let opened = (0..2 * RELEARN_EVERY).filter(|_| governor.worth_opening(100, 0, 64));
         assert_eq!(
             opened.count(),
             2,
@@ -549,8 +637,8 @@ mod tests {
         let governor = SpeculationGovernor::new(1, 5);
         learned(&governor, 90.0, 10.0, 10.0, 4);
         governor.set_active(1);
-        governor.record_open(10, ms(100.0));
-        assert!(governor.worth_opening(10, 64));
+        governor.record_open(&OpenCost::cold(10, ms(100.0)));
+        assert!(governor.worth_opening(10, 0, 64));
         // ...but whole rounds of requests alone, acceptance on the logits and the round
         // trip included, cost 100 ms plain and 600 ms for a block of 5.
         for (block, wall) in [(1, 100.0), (5, 600.0)] {
@@ -568,7 +656,7 @@ mod tests {
                 });
             }
         }
-        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(10, 64));
+        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(10, 0, 64));
         assert_eq!(
             opened.count(),
             1,
@@ -609,7 +697,7 @@ mod tests {
         // 3-draft block whose first draft was rejected.
         let governor = SpeculationGovernor::new(1, 4);
         governor.set_active(1);
-        governor.record_open(40, ms(200.0));
+        governor.record_open(&OpenCost::cold(40, ms(200.0)));
         let round = |block: usize, wall: f64, accepted: usize| GovernedRound {
             draft: (block > 1).then(|| (block - 1, ms(15.0 * (block - 1) as f64), 1)),
             forward: Some(ForwardCost {
@@ -627,16 +715,90 @@ mod tests {
         for _ in 0..2 {
             governor.record(&round(4, 62.0, 0));
         }
-        assert!(governor.worth_opening(40, 48), "two rounds are no evidence");
+        assert!(
+            governor.worth_opening(40, 0, 48),
+            "two rounds are no evidence"
+        );
         // Many rounds that never accept a draft are.
         for _ in 0..40 {
             governor.record(&round(4, 62.0, 0));
         }
-        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(40, 48));
+        let opened = (0..RELEARN_EVERY).filter(|_| governor.worth_opening(40, 0, 48));
         assert_eq!(
             opened.count(),
             1,
             "declined, but for one relearning request"
+        );
+    }
+
+    #[test]
+    fn an_open_is_priced_on_the_positions_the_drafter_computes() {
+        // Alone, a speculative token costs 40 ms against 100 ms plain; a cold open of 1,500
+        // tokens took 3 s (2 ms a token): 32 new tokens (~1.9 s saved) do not pay for it.
+        let governor = SpeculationGovernor::new(1, 5);
+        learned(&governor, 90.0, 10.0, 10.0, 4);
+        governor.set_active(1);
+        governor.record_open(&OpenCost::cold(1500, ms(3000.0)));
+        let declined = (0..RELEARN_EVERY - 1).filter(|_| governor.worth_opening(1550, 0, 32));
+        assert_eq!(declined.count(), 0, "a cold prompt is declined");
+        // The next turn's prompt: the verifier held 1,500 of its 1,550 tokens. Until an
+        // open after a cache hit is seen, the drafter is taken to hold them too.
+        assert!(
+            governor.worth_opening(1550, 1500, 32),
+            "50 tokens to compute"
+        );
+        // A draft model that held them: the 50 it computed took 100 ms.
+        governor.record_open(&OpenCost {
+            prompt: 1550,
+            verifier_cached: 1500,
+            computed: 50,
+            time: ms(100.0),
+        });
+        assert!(governor.worth_opening(1600, 1550, 32));
+        // An open of a few positions teaches no price per position: its 5 ms are a call's.
+        governor.record_open(&OpenCost {
+            prompt: 1600,
+            verifier_cached: 1599,
+            computed: 1,
+            time: ms(5.0),
+        });
+        let per_position = governor.lock().open_per_token.0.unwrap_or(f64::NAN);
+        assert!((per_position - 0.002).abs() < 1e-9, "{per_position}");
+        // An MTP drafter receives every position in its snapshot, cached or not.
+        let snapshot = SpeculationGovernor::new(1, 5);
+        learned(&snapshot, 90.0, 10.0, 10.0, 4);
+        snapshot.set_active(1);
+        for _ in 0..30 {
+            snapshot.record_open(&OpenCost {
+                prompt: 1550,
+                verifier_cached: 1500,
+                computed: 1550,
+                time: ms(3100.0),
+            });
+        }
+        let opened = (0..RELEARN_EVERY).filter(|_| snapshot.worth_opening(1600, 1550, 32));
+        assert_eq!(
+            opened.count(),
+            1,
+            "declined, but for one relearning request"
+        );
+    }
+
+    #[test]
+    fn only_a_loaded_process_whose_speculation_saves_nothing_declines_before_prefill() {
+        let governor = SpeculationGovernor::new(1, 5);
+        governor.set_active(4);
+        assert!(!governor.declines_every_open(), "nothing measured yet");
+        learned(&governor, 90.0, 100.0, 100.0, 1);
+        governor.set_active(8);
+        assert_eq!(governor.cap(), Some(1));
+        governor.record_open(&OpenCost::cold(100, ms(200.0)));
+        assert!(governor.declines_every_open());
+        assert!(!governor.worth_opening(1, 1, 1000));
+        governor.set_active(1);
+        assert!(
+            !governor.declines_every_open(),
+            "alone, one declined request in {RELEARN_EVERY} relearns"
         );
     }
 

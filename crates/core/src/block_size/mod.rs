@@ -23,7 +23,7 @@ pub use controller::{BlockSizeConfig, BlockSizeController};
 pub use cost_estimates::CostEstimates;
 pub use cost_policy::{CostAwarePolicy, DraftMeasurement, RoundMeasurement, RoundPlan};
 pub use forward_curve::ForwardCurve;
-pub use governor::{Drafting, GovernedRound, SpeculationGovernor};
+pub use governor::{Drafting, GovernedRound, OpenCost, SpeculationGovernor};
 pub use load_cap::load_block_cap;
 pub use planner::{BlockPlanner, DraftInProgress, PlannedBlock, RoundOutcome};
 pub use rule::{next_block_size, FULL_DEPTH_HIT_PERCENT, HISTORY_WINDOW, WARMUP_ROUNDS};

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::controller::{BlockSizeConfig, BlockSizeController};
 use super::cost_policy::{DraftMeasurement, RoundMeasurement};
-use super::governor::{Drafting, GovernedRound, SpeculationGovernor};
+use super::governor::{Drafting, GovernedRound, OpenCost, SpeculationGovernor};
 use crate::round_loop::RequestControl;
 use crate::verifier::ForwardCost;
 
@@ -106,16 +106,32 @@ impl BlockPlanner {
 
     /// Whether the request should run plain, with no drafter session at all: the process's
     /// estimates say speculation would not save what opening the session costs (a short
-    /// request, or plain rows batching better under load). Only for requests that left their
+    /// request, or plain rows batching better under load). `cached` is how many of the
+    /// prompt's tokens the verifier's prefix cache held. Only for requests that left their
     /// block size to specd; a declined request stops drafting.
-    pub fn decline_unpaying(&mut self, prompt_len: usize, max_new_tokens: usize) -> bool {
+    pub fn decline_unpaying(
+        &mut self,
+        prompt_len: usize,
+        cached: usize,
+        max_new_tokens: usize,
+    ) -> bool {
+        self.decline_if(|governor| !governor.worth_opening(prompt_len, cached, max_new_tokens))
+    }
+
+    /// [`Self::decline_unpaying`] before the prefill, when no open could pay, however much
+    /// of the prompt is cached.
+    pub fn decline_every_open(&mut self) -> bool {
+        self.decline_if(SpeculationGovernor::declines_every_open)
+    }
+
+    fn decline_if(&mut self, declines: impl FnOnce(&SpeculationGovernor) -> bool) -> bool {
         let Some(governor) = &self.governor else {
             return false;
         };
         if !self.controller.is_enabled() || !self.controller.is_cost_aware() {
             return false;
         }
-        if governor.worth_opening(prompt_len, max_new_tokens) {
+        if !declines(governor) {
             return false;
         }
         self.declined = true;
@@ -123,10 +139,10 @@ impl BlockPlanner {
         true
     }
 
-    /// Records what opening the drafter session on a prompt of `prompt_len` tokens took.
-    pub fn record_open(&self, prompt_len: usize, time: Duration) {
+    /// Records what opening the drafter session cost.
+    pub fn record_open(&self, open: &OpenCost) {
         if let Some(governor) = &self.governor {
-            governor.record_open(prompt_len, time);
+            governor.record_open(open);
         }
     }
 
@@ -266,7 +282,7 @@ mod tests {
         let control = RequestControl::governed(governor);
         let mut planner = BlockPlanner::new(fixed(4), &control);
         assert!(
-            !planner.decline_unpaying(10, 10),
+            !planner.decline_unpaying(10, 0, 10),
             "only adaptive requests are declined"
         );
         assert_eq!(planner.plan(100, false, true).block_size, 4);

@@ -8,7 +8,7 @@ use dashmap::DashMap;
 use tracing::trace;
 
 use super::error::HybridDrafterError;
-use crate::drafter::{DraftRequest, Drafter, OpenRequest};
+use crate::drafter::{DraftRequest, Drafter, OpenRequest, Opened};
 use crate::ids::SessionId;
 use crate::ngram::SessionError;
 use crate::ngram::{NgramConfig, NgramConfigError, SuffixIndex};
@@ -197,16 +197,19 @@ impl<D: Drafter> Drafter for HybridDrafter<D> {
 
     /// Opens the inner session too; when that fails, so does this open (and the request
     /// runs plain), as lookup alone is a different drafter from the one configured.
-    async fn open(&self, request: OpenRequest<D::Carry>) -> Result<(), Self::Error> {
+    async fn open(&self, request: OpenRequest<D::Carry>) -> Result<Opened, Self::Error> {
         let session = request.session;
         self.check_new(session)?;
         let mut index = SuffixIndex::new();
         index.extend(&request.prompt_ids);
-        self.inner
+        // The inner open is what costs: indexing the prompt is cheap beside it.
+        let opened = self
+            .inner
             .open(request)
             .await
             .map_err(HybridDrafterError::Inner)?;
-        self.insert(session, index)
+        self.insert(session, index)?;
+        Ok(opened)
     }
 
     async fn draft(&self, request: DraftRequest<D::Carry>) -> Result<Vec<u32>, Self::Error> {
@@ -284,14 +287,15 @@ mod tests {
         type Carry = &'static str;
         type Error = InnerError;
 
-        async fn open(&self, request: OpenRequest<&'static str>) -> Result<(), InnerError> {
+        async fn open(&self, request: OpenRequest<&'static str>) -> Result<Opened, InnerError> {
             if self.fail_open {
                 return Err(InnerError);
             }
+            let computed = request.prompt_ids.len();
             self.log()
                 .opens
                 .push((request.session, request.prompt_ids, request.carry));
-            Ok(())
+            Ok(Opened::computed(computed))
         }
 
         async fn draft(&self, request: DraftRequest<&'static str>) -> Result<Vec<u32>, InnerError> {
@@ -316,7 +320,7 @@ mod tests {
 
     type TestDrafter = HybridDrafter<Recorder>;
 
-    fn open(drafter: &TestDrafter, session: u64, prompt: &[u32]) -> Result<(), TestError> {
+    fn open(drafter: &TestDrafter, session: u64, prompt: &[u32]) -> Result<Opened, TestError> {
         now(drafter.open(OpenRequest {
             session: SessionId(session),
             prompt_ids: prompt.to_vec(),

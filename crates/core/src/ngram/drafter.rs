@@ -11,7 +11,7 @@ use tracing::trace;
 use super::config::{NgramConfig, NgramConfigError};
 use super::error::{NgramDrafterError, SessionError};
 use super::index::SuffixIndex;
-use crate::drafter::{DraftRequest, Drafter, OpenRequest};
+use crate::drafter::{DraftRequest, Drafter, OpenRequest, Opened};
 use crate::ids::SessionId;
 use crate::sync::lock;
 use crate::tree::DraftTree;
@@ -110,8 +110,10 @@ impl<C: Send> Drafter for NgramDrafter<C> {
         "ngram"
     }
 
-    async fn open(&self, request: OpenRequest<C>) -> Result<(), NgramDrafterError> {
-        self.open_now(request.session, &request.prompt_ids)
+    async fn open(&self, request: OpenRequest<C>) -> Result<Opened, NgramDrafterError> {
+        self.open_now(request.session, &request.prompt_ids)?;
+        // The session indexes the whole prompt.
+        Ok(Opened::computed(request.prompt_ids.len()))
     }
 
     async fn draft(&self, request: DraftRequest<C>) -> Result<Vec<u32>, NgramDrafterError> {
@@ -148,7 +150,11 @@ mod tests {
 
     type TestDrafter = NgramDrafter<OpaqueCarry>;
 
-    fn open(drafter: &TestDrafter, session: u64, prompt: &[u32]) -> Result<(), NgramDrafterError> {
+    fn open(
+        drafter: &TestDrafter,
+        session: u64,
+        prompt: &[u32],
+    ) -> Result<Opened, NgramDrafterError> {
         now(drafter.open(OpenRequest {
             session: SessionId(session),
             prompt_ids: prompt.to_vec(),

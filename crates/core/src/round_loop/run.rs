@@ -14,9 +14,9 @@ use super::error::RoundLoopError;
 use super::events::{Event, EventSink, Finish, TokenDelta};
 use super::observe;
 use super::request::GenerationRequest;
-use crate::block_size::{BlockPlanner, DraftMeasurement, RoundOutcome, TreeChoice};
+use crate::block_size::{BlockPlanner, DraftMeasurement, OpenCost, RoundOutcome, TreeChoice};
 use crate::constraint::TokenConstraint;
-use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest};
+use crate::drafter::{DraftRequest, Drafter, NoDrafter, OpenRequest, Opened};
 use crate::fallback::{DrafterFallback, FallbackCause};
 use crate::finish::FinishReason;
 use crate::sampling::{TokenLogprob, TokenMask};
@@ -166,7 +166,7 @@ struct Generation<'a, 'r, V: Verifier, D: Drafter, T: ?Sized, S> {
 
 /// A drafter session's open in flight.
 struct Opening<'a, E> {
-    future: Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>>,
+    future: Pin<Box<dyn Future<Output = Result<Opened, E>> + Send + 'a>>,
     started: std::time::Instant,
 }
 
@@ -222,7 +222,9 @@ where
 
     async fn run(mut self) -> Result<Finish, RoundLoopError<V::Error>> {
         let mut timer = observe::RequestTimer::start();
-        self.decline_unpaying_speculation();
+        if self.planner.decline_every_open() {
+            self.decline_speculation();
+        }
         let mask = match self.constraint.as_deref_mut() {
             Some(constraint) => Some(constraint.next_mask()?),
             None => None,
@@ -244,6 +246,17 @@ where
             .map_err(RoundLoopError::Verifier)?;
         self.stats.cached_prompt_tokens = prefilled.cached_tokens as u64;
         observe::prefilled(prefilled.cached_tokens);
+        // Judged once the verifier's prefix cache has answered: a drafter with a cache of
+        // its own opens on what the verifier held for far less than the whole prompt.
+        if self.drafter.is_some()
+            && self.planner.decline_unpaying(
+                self.request.prompt_ids.len(),
+                prefilled.cached_tokens,
+                self.request.stop.max_tokens,
+            )
+        {
+            self.decline_speculation();
+        }
         self.bonus = prefilled.first_token;
         // The first token goes out before the drafter session opens (a draft model prefills
         // the whole prompt to open), so speculation never delays it.
@@ -265,17 +278,11 @@ where
         Ok(finish)
     }
 
-    /// Runs plain, with no drafter session at all, when the planner says speculation would
-    /// not pay for opening the session.
-    fn decline_unpaying_speculation(&mut self) {
-        let prompt_len = self.request.prompt_ids.len();
-        if self
-            .planner
-            .decline_unpaying(prompt_len, self.request.stop.max_tokens)
-        {
-            debug!(seq = %self.request.seq, "speculation declined: it would not pay");
-            self.drafter = None;
-        }
+    /// Runs plain, with no drafter session at all: the planner said speculation would not
+    /// pay for opening the session.
+    fn decline_speculation(&mut self) {
+        debug!(seq = %self.request.seq, "speculation declined: it would not pay");
+        self.drafter = None;
     }
 
     /// Starts opening the drafter session. Rounds run plain beside the open and speculation
@@ -352,22 +359,28 @@ where
     /// Books the outcome of the drafter session's open.
     fn opened(
         &mut self,
-        outcome: Result<(), D::Error>,
+        outcome: Result<Opened, D::Error>,
         started: std::time::Instant,
         done: std::time::Instant,
     ) {
         match outcome {
-            Ok(()) => {
-                let time = done.saturating_duration_since(started);
+            Ok(opened) => {
+                let prompt = self.request.prompt_ids.len();
+                let open = OpenCost {
+                    prompt,
+                    verifier_cached: self.stats.cached_prompt_tokens as usize,
+                    computed: opened.computed.unwrap_or(prompt),
+                    time: done.saturating_duration_since(started),
+                };
                 debug!(
                     seq = %self.request.seq,
-                    prompt = self.request.prompt_ids.len(),
-                    cached = self.stats.cached_prompt_tokens,
-                    ms = time.as_secs_f64() * 1e3,
+                    prompt,
+                    cached = open.verifier_cached,
+                    computed = open.computed,
+                    ms = open.time.as_secs_f64() * 1e3,
                     "drafter session opened"
                 );
-                self.planner
-                    .record_open(self.request.prompt_ids.len(), time);
+                self.planner.record_open(&open);
             }
             Err(error) => self.fall_back(FallbackCause::Open, error.to_string()),
         }

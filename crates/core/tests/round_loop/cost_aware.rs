@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use specd_core::{
-    BlockSizeConfig, Event, EventSink, FinishReason, ForwardCost, GovernedRound, RequestControl,
-    RoundLoop, SamplingParams, SpecStats, SpeculationGovernor, StopConditions,
+    BlockSizeConfig, Event, EventSink, FinishReason, ForwardCost, GovernedRound, OpenCost,
+    RequestControl, RoundLoop, SamplingParams, SpecStats, SpeculationGovernor, StopConditions,
 };
 
 use crate::support::pieces::Pieces;
@@ -306,7 +306,7 @@ async fn the_governor_declines_a_drafter_a_short_request_cannot_pay_back() {
         let governor = loaded_governor();
         governor.set_active(1);
         // Opening prefills the prompt on the drafter at a second per token.
-        governor.record_open(PROMPT.len(), Duration::from_secs(PROMPT.len() as u64));
+        governor.record_open(&OpenCost::cold(100, Duration::from_secs(100)));
         let verifier = TableVerifier::default();
         let drafter = TableDrafter::new(Policy::Oracle);
         let control = RequestControl::governed(governor.clone());
@@ -335,4 +335,75 @@ async fn the_governor_declines_a_drafter_a_short_request_cannot_pay_back() {
             .unwrap_or_else(|e| panic!("{case}: {e}"));
         assert!(finish.stats.drafted > 0, "{case}");
     }
+}
+
+/// One greedy request of `max_tokens` governed by `control`: its stats and how many sessions
+/// the drafter opened.
+async fn run_opening(
+    verifier: &TableVerifier,
+    drafter: &TableDrafter,
+    max_tokens: usize,
+    control: &RequestControl,
+) -> (SpecStats, usize) {
+    let costs = Costs {
+        base: Duration::from_millis(10),
+        per_token: Duration::ZERO,
+        per_step: Duration::from_millis(1),
+    };
+    let greedy = SamplingParams::GREEDY;
+    let mut events = Vec::new();
+    let outcome = run_timed_into(
+        verifier,
+        drafter,
+        &costs,
+        greedy,
+        max_tokens,
+        &mut events,
+        control,
+    )
+    .await;
+    let stats = check_lossless(&events, outcome, drafter, &greedy, max_tokens);
+    (stats, drafter.log().opens.len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_is_priced_on_the_prompt_tokens_the_drafter_computes() {
+    const MAX_TOKENS: usize = 40;
+    let cached = PROMPT.len() - 1;
+    let warm_verifier = || TableVerifier::with_cached_prompt(cached);
+    let governor = loaded_governor();
+    governor.set_active(1);
+    // Opening prefills on the drafter at a second a token: the whole prompt costs more than
+    // speculation saves over 40 tokens (about 1.9 s), its last token less.
+    governor.record_open(&OpenCost::cold(100, Duration::from_secs(100)));
+    let control = RequestControl::governed(governor.clone());
+    let cold = TableDrafter::new(Policy::Oracle);
+    let (stats, opens) = run_opening(&TableVerifier::default(), &cold, MAX_TOKENS, &control).await;
+    assert_eq!((stats.drafted, opens), (0, 0), "a cold prompt is declined");
+    // The verifier's prefix cache held all but the last token, and so did the drafter's.
+    for turn in ["first", "second"] {
+        let holding = TableDrafter::holding(Policy::Oracle, cached);
+        let (stats, opens) = run_opening(&warm_verifier(), &holding, MAX_TOKENS, &control).await;
+        assert_eq!(opens, 1, "{turn}: {stats:?}");
+        assert!(stats.drafted > 0, "{turn}: {stats:?}");
+    }
+    // A drafter that takes in every position however much the verifier held (an MTP
+    // snapshot): the first such open teaches that the cache saves it nothing.
+    let fresh = loaded_governor();
+    fresh.set_active(1);
+    fresh.record_open(&OpenCost::cold(100, Duration::from_secs(100)));
+    let control = RequestControl::governed(fresh);
+    let snapshot = TableDrafter::new(Policy::Oracle);
+    let (_, opens) = run_opening(&warm_verifier(), &snapshot, MAX_TOKENS, &control).await;
+    assert_eq!(
+        opens, 1,
+        "cached tokens are taken to be held until an open says"
+    );
+    let snapshot = TableDrafter::new(Policy::Oracle);
+    let (stats, opens) = run_opening(&warm_verifier(), &snapshot, MAX_TOKENS, &control).await;
+    assert_eq!(
+        (stats.drafted, opens),
+        (0, 0),
+        "then priced on the whole prompt"
+    );
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use specd_core::{
-    BlockSizeConfig, DraftRequest, Drafter, Event, EventSink, FinishReason, OpenRequest,
+    BlockSizeConfig, DraftRequest, Drafter, Event, EventSink, FinishReason, OpenRequest, Opened,
     RequestControl, RoundLoop, SamplingParams, SessionId, StopConditions,
 };
 
@@ -29,7 +29,7 @@ impl Drafter for SlowOpen<'_> {
     type Carry = Carry;
     type Error = TableDrafterError;
 
-    async fn open(&self, request: OpenRequest<Carry>) -> Result<(), TableDrafterError> {
+    async fn open(&self, request: OpenRequest<Carry>) -> Result<Opened, TableDrafterError> {
         tokio::time::sleep(self.open_time).await;
         self.inner.open(request).await
     }

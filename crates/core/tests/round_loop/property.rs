@@ -12,8 +12,8 @@ use std::sync::Mutex;
 use proptest::prelude::*;
 use specd_core::sampling::mix64;
 use specd_core::{
-    BlockSizeConfig, DraftRequest, Drafter, Finish, GenerationRequest, OpenRequest, RoundLoop,
-    SamplingParams, SessionId, StopConditions,
+    BlockSizeConfig, DraftRequest, Drafter, Finish, GenerationRequest, OpenRequest, Opened,
+    RoundLoop, SamplingParams, SessionId, StopConditions,
 };
 
 use crate::support::executor::block_on;
@@ -119,7 +119,7 @@ impl Drafter for RandomDrafter {
     type Carry = Carry;
     type Error = RandomDrafterError;
 
-    async fn open(&self, request: OpenRequest<Carry>) -> Result<(), RandomDrafterError> {
+    async fn open(&self, request: OpenRequest<Carry>) -> Result<Opened, RandomDrafterError> {
         if self.policy.misbehaviour == Misbehaviour::FailOpen {
             return Err(RandomDrafterError("injected open failure".into()));
         }
@@ -127,7 +127,7 @@ impl Drafter for RandomDrafter {
             .lock()
             .unwrap()
             .insert(request.session, (request.prompt_ids, request.sampling));
-        Ok(())
+        Ok(Opened::default())
     }
 
     async fn draft(&self, request: DraftRequest<Carry>) -> Result<Vec<u32>, RandomDrafterError> {

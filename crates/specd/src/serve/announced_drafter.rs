@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, SessionId};
+use specd_core::{DraftRequest, DraftTree, Drafter, OpenRequest, Opened, SessionId};
 use specd_verifier::batch::DraftingRounds;
 
 pub struct AnnouncedDrafter<D> {
@@ -35,7 +35,7 @@ impl<D: Drafter> Drafter for AnnouncedDrafter<D> {
     fn open(
         &self,
         request: OpenRequest<D::Carry>,
-    ) -> impl Future<Output = Result<(), D::Error>> + Send {
+    ) -> impl Future<Output = Result<Opened, D::Error>> + Send {
         self.inner.open(request)
     }
 

@@ -48,6 +48,8 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     scope: CacheScope,
     /// Tokens in the target cache.
     committed_len: usize,
+    /// Context tokens the open prefilled: those no cached prefix held.
+    prefilled_at_open: usize,
     /// Committed tokens not yet in the drafter's cache.
     pending: Vec<u32>,
     /// Tokens the drafter fed after `committed_len` last round (the bonus and its drafts,
@@ -75,7 +77,6 @@ pub struct DraftModelSession<C = specd_models::qwen2::KvCache> {
     spares: Vec<SpareCache<C>>,
     /// Where the last draft started.
     start: DraftStart,
-    /// The nodes the last draft ran when it grew a tree.
     /// The last tree drafted: what it offered and which nodes ran.
     run_tree: Option<crate::tree_growth::Grown>,
     /// How often the target took this session's first and second choices.
@@ -280,6 +281,7 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
         }
         Ok(DraftModelSession {
             cache,
+            prefilled_at_open: rest.len(),
             context: tokens,
             scope: open.cache_scope,
             committed_len: open.committed_len,
@@ -301,6 +303,10 @@ impl<M: CausalLm> DraftEngine for DraftModelEngine<M> {
 
     fn committed_len(&self, session: &Self::Session) -> usize {
         session.committed_len
+    }
+
+    fn computed_at_open(&self, session: &Self::Session) -> usize {
+        session.prefilled_at_open
     }
 
     fn apply(&self, session: &mut Self::Session, carry: DraftCarry) -> Result<(), EngineError> {

@@ -61,12 +61,11 @@ impl<E: DraftEngine> DrafterService<E> {
         &self.sessions
     }
 
-    /// Reads an Open stream and builds its session; the session and the K/V positions it
-    /// holds.
+    /// Reads an Open stream and builds its session.
     async fn open_session(
         &self,
         mut stream: Streaming<OpenRequest>,
-    ) -> Result<(E::Session, usize), Status> {
+    ) -> Result<(E::Session, Opened), Status> {
         let received =
             receive_open(&mut stream, &self.info, self.config.max_snapshot_bytes).await?;
         let engine = self.engine.clone();
@@ -83,11 +82,19 @@ impl<E: DraftEngine> DrafterService<E> {
             }
             let session = engine.open(open).map_err(status_of)?;
             let tokens = engine.committed_len(&session);
-            Ok((session, tokens))
+            let computed = engine.computed_at_open(&session);
+            Ok((session, Opened { tokens, computed }))
         })
         .await
         .map_err(join_failed)?
     }
+}
+
+/// A session just built: the K/V positions it holds, and those its open computed or
+/// received.
+struct Opened {
+    tokens: usize,
+    computed: usize,
 }
 
 #[tonic::async_trait]
@@ -105,7 +112,7 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         })?;
         let timeout = self.config.open_timeout;
         let opened = tokio::time::timeout(timeout, self.open_session(request.into_inner())).await;
-        let (session, tokens) = opened.map_err(|_| {
+        let (session, opened) = opened.map_err(|_| {
             Status::deadline_exceeded(format!(
                 "open: the session was not ready within {} s (--open-timeout-secs)",
                 timeout.as_secs()
@@ -115,11 +122,12 @@ impl<E: DraftEngine> Drafter for DrafterService<E> {
         let session_id = self.sessions.insert(
             session,
             self.config.max_sessions,
-            tokens,
+            opened.tokens,
             self.config.max_kv_tokens,
         )?;
         Ok(Response::new(OpenResponse {
             session_id: session_id.to_string(),
+            computed_positions: Some(u32::try_from(opened.computed).unwrap_or(u32::MAX)),
         }))
     }
 

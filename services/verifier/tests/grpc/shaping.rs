@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use specd_core::{
     BlockSizeConfig, Detokenizer, DraftRequest, Drafter, Event, GenerationRequest, LogitRules,
-    OpenRequest, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId, StopConditions,
-    TokenLogprob,
+    OpenRequest, Opened, RequestControl, RoundLoop, SamplingParams, SeqId, SessionId,
+    StopConditions, TokenLogprob,
 };
 use specd_verifier::{LocalVerifier, TargetCarry, TargetModel, VerifierLimits};
 
@@ -34,8 +34,8 @@ impl Drafter for Replay {
     type Carry = TargetCarry;
     type Error = Infallible;
 
-    async fn open(&self, _request: OpenRequest<TargetCarry>) -> Result<(), Infallible> {
-        Ok(())
+    async fn open(&self, _request: OpenRequest<TargetCarry>) -> Result<Opened, Infallible> {
+        Ok(Opened::default())
     }
 
     async fn draft(&self, request: DraftRequest<TargetCarry>) -> Result<Vec<u32>, Infallible> {

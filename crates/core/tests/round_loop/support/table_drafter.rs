@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 
 use specd_core::sampling::mix64;
-use specd_core::{DraftRequest, Drafter, OpenRequest, SamplingParams, SessionId};
+use specd_core::{DraftRequest, Drafter, OpenRequest, Opened, SamplingParams, SessionId};
 
 use super::table_target::{target_token, VOCAB};
 use super::table_verifier::Carry;
@@ -68,13 +68,21 @@ pub struct DrafterLog {
 
 pub struct TableDrafter {
     pub policy: Policy,
+    /// Prompt tokens an open says it found in a cache of its own, and did not compute.
+    held: usize,
     log: Mutex<DrafterLog>,
 }
 
 impl TableDrafter {
     pub fn new(policy: Policy) -> Self {
+        Self::holding(policy, 0)
+    }
+
+    /// A drafter whose opens say they held the first `held` prompt tokens already.
+    pub fn holding(policy: Policy, held: usize) -> Self {
         Self {
             policy,
+            held,
             log: Mutex::default(),
         }
     }
@@ -83,7 +91,7 @@ impl TableDrafter {
         lock(&self.log)
     }
 
-    fn open_now(&self, request: OpenRequest<Carry>) -> Result<(), TableDrafterError> {
+    fn open_now(&self, request: OpenRequest<Carry>) -> Result<Opened, TableDrafterError> {
         let mut log = self.log();
         log.opens.push(request.session);
         if self.policy == Policy::FailOpen {
@@ -93,6 +101,7 @@ impl TableDrafter {
             log.inconsistencies
                 .push("prefill carry is not the prompt".into());
         }
+        let computed = request.prompt_ids.len().saturating_sub(self.held);
         log.sessions.insert(
             request.session,
             Mirror {
@@ -100,7 +109,7 @@ impl TableDrafter {
                 sampling: request.sampling,
             },
         );
-        Ok(())
+        Ok(Opened::computed(computed))
     }
 
     fn draft_now(&self, request: DraftRequest<Carry>) -> Result<Vec<u32>, TableDrafterError> {
@@ -209,7 +218,7 @@ impl Drafter for TableDrafter {
     fn open(
         &self,
         request: OpenRequest<Carry>,
-    ) -> impl Future<Output = Result<(), TableDrafterError>> + Send {
+    ) -> impl Future<Output = Result<Opened, TableDrafterError>> + Send {
         std::future::ready(self.open_now(request))
     }
 

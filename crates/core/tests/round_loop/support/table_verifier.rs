@@ -57,10 +57,20 @@ pub struct VerifierLog {
 pub struct TableVerifier {
     pub faults: VerifierFaults,
     pub target: Target,
+    /// Prompt tokens a prefill says its prefix cache held (at most the whole prompt).
+    cached_prompt: usize,
     log: Mutex<VerifierLog>,
 }
 
 impl TableVerifier {
+    /// A verifier whose prefills say its prefix cache held `cached` prompt tokens.
+    pub fn with_cached_prompt(cached: usize) -> Self {
+        Self {
+            cached_prompt: cached,
+            ..Self::default()
+        }
+    }
+
     pub fn with_faults(faults: VerifierFaults) -> Self {
         Self {
             faults,
@@ -105,8 +115,8 @@ impl TableVerifier {
         );
         Ok(Prefilled {
             first_token,
+            cached_tokens: self.cached_prompt.min(request.prompt_ids.len()),
             carry: request.want_carry.then_some(request.prompt_ids),
-            cached_tokens: 0,
             first_logprob: None,
         })
     }

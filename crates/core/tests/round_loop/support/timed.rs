@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use specd_core::round_loop::Clock;
 use specd_core::{
-    DraftRequest, Drafter, OpenRequest, PrefillRequest, Prefilled, SeqId, SessionId, Verified,
-    Verifier, VerifyRequest,
+    DraftRequest, Drafter, OpenRequest, Opened, PrefillRequest, Prefilled, SeqId, SessionId,
+    Verified, Verifier, VerifyRequest,
 };
 
 use super::table_drafter::{TableDrafter, TableDrafterError};
@@ -68,7 +68,7 @@ impl Drafter for TimedDrafter<'_> {
     type Carry = Carry;
     type Error = TableDrafterError;
 
-    async fn open(&self, request: OpenRequest<Carry>) -> Result<(), TableDrafterError> {
+    async fn open(&self, request: OpenRequest<Carry>) -> Result<Opened, TableDrafterError> {
         self.inner.open(request).await
     }
 
