@@ -248,13 +248,11 @@ where
         observe::prefilled(prefilled.cached_tokens);
         // Judged once the verifier's prefix cache has answered: a drafter with a cache of
         // its own opens on what the verifier held for far less than the whole prompt.
-        if self.drafter.is_some()
-            && self.planner.decline_unpaying(
-                self.request.prompt_ids.len(),
-                prefilled.cached_tokens,
-                self.request.stop.max_tokens,
-            )
-        {
+        if self.planner.decline_unpaying(
+            self.request.prompt_ids.len(),
+            prefilled.cached_tokens,
+            self.request.stop.max_tokens,
+        ) {
             self.decline_speculation();
         }
         self.bonus = prefilled.first_token;

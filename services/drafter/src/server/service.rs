@@ -65,7 +65,7 @@ impl<E: DraftEngine> DrafterService<E> {
     async fn open_session(
         &self,
         mut stream: Streaming<OpenRequest>,
-    ) -> Result<(E::Session, Opened), Status> {
+    ) -> Result<(E::Session, OpenedSession), Status> {
         let received =
             receive_open(&mut stream, &self.info, self.config.max_snapshot_bytes).await?;
         let engine = self.engine.clone();
@@ -83,7 +83,7 @@ impl<E: DraftEngine> DrafterService<E> {
             let session = engine.open(open).map_err(status_of)?;
             let tokens = engine.committed_len(&session);
             let computed = engine.computed_at_open(&session);
-            Ok((session, Opened { tokens, computed }))
+            Ok((session, OpenedSession { tokens, computed }))
         })
         .await
         .map_err(join_failed)?
@@ -92,7 +92,7 @@ impl<E: DraftEngine> DrafterService<E> {
 
 /// A session just built: the K/V positions it holds, and those its open computed or
 /// received.
-struct Opened {
+struct OpenedSession {
     tokens: usize,
     computed: usize,
 }
